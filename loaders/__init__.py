@@ -1,0 +1,1 @@
+"""Pure-Python load front end: headers → `LoadRequest`, expression allow-list, payload staging."""

@@ -1,0 +1,145 @@
+"""Stream-load headers → a frozen `LoadRequest`, with Doris's defaults and error texts (contract §2).
+
+Header names are case-insensitive; unknown headers are ignored, as Doris does.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+
+from loaders.errors import BadHeader
+from loaders.expressions import parse_columns, parse_condition
+from loaders.formats.csv import decode_separator
+from tables.load_spec import LoadRequest, MergeType
+
+LABEL_PATTERN = re.compile(r"^[-_A-Za-z0-9:]{1,128}$")
+MAX_TIMEOUT_S = 259200
+
+# Headers that only tune Doris internals: accepted and ignored.
+IGNORED = ("exec_mem_limit", "send_batch_parallelism", "load_to_single_tablet", "memtable_on_sink_node",
+           "load_stream_per_node", "enable_profile", "skip_record_to_audit_log_table", "redirect-policy")
+
+# Headers whose features are not built yet: refused rather than silently misapplied.
+_NOT_YET = {
+    "jsonpaths": "jsonpaths", "json_root": "json_root", "partitions": "partitions",
+    "temporary_partitions": "temporary_partitions", "negative": "negative",
+}
+
+
+def _bool(headers: Mapping[str, str], name: str) -> bool:
+    return headers.get(name, "false").strip().lower() == "true"
+
+
+def _get(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    return value if value is None else value.strip()
+
+
+def validate_label(label: str) -> str:
+    """Raises: BadHeader when the label breaks Doris's label rule."""
+    if not LABEL_PATTERN.match(label):
+        raise BadHeader(
+            f"Incorrect label format. Label '{label}' must match the regex ^[-_A-Za-z0-9:]{{1,128}}$"
+        )
+    return label
+
+
+def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadRequest:
+    """Build the `LoadRequest` a stream load asks for.
+
+    Raises:
+        BadHeader: a header value Doris refuses, with a message naming the header.
+        BadExpression: `columns`, `where` or `delete` does not parse or uses something not allowed.
+    """
+    label = _get(headers, "label") or str(uuid.uuid4())
+    validate_label(label)
+
+    fmt = (_get(headers, "format") or "csv").lower()
+    skip_lines = 0
+    if fmt in ("csv_with_names", "csv_with_names_and_types"):
+        skip_lines = 1 if fmt == "csv_with_names" else 2
+    elif fmt in ("json", "parquet", "orc", "arrow"):
+        raise BadHeader(f"format {fmt} is not supported by this server yet; use csv")
+    elif fmt != "csv":
+        raise BadHeader(f"unknown data format, format={_get(headers, 'format')}")
+    raw_skip = _get(headers, "skip_lines")
+    if raw_skip and not skip_lines:
+        if not raw_skip.isdigit():
+            raise BadHeader(f"skip_lines must be a non-negative integer, got {raw_skip}")
+        skip_lines = int(raw_skip)
+
+    if _get(headers, "compress_type") or headers.get("content-encoding", "").lower() in ("gzip", "lz4"):
+        raise BadHeader("compressed bodies (compress_type / Content-Encoding) are not supported by this server yet")
+    for name, feature in _NOT_YET.items():
+        if _get(headers, name):
+            raise BadHeader(f"header {feature} is not supported by this server yet")
+    if _bool(headers, "partial_columns") or (
+        (_get(headers, "unique_key_update_mode") or "UPSERT").upper() != "UPSERT"
+    ):
+        raise BadHeader("partial column update is not supported by this server yet")
+    if _get(headers, "two_phase_commit") == "true":
+        raise BadHeader("Two phase commit (2PC) for stream load is not supported by this server yet")
+    group_commit = _get(headers, "group_commit")
+    if group_commit:
+        if group_commit not in ("async_mode", "sync_mode", "off_mode"):
+            raise BadHeader("group_commit can only be [async_mode, sync_mode, off_mode]")
+        if group_commit != "off_mode":
+            raise BadHeader(f"group_commit {group_commit} is not supported by this server yet")
+
+    merge_raw = _get(headers, "merge_type")
+    try:
+        merge_type = MergeType((merge_raw or "APPEND").upper())
+    except ValueError:
+        raise BadHeader(f"Invalid merge type {merge_raw}") from None
+    delete_text = _get(headers, "delete")
+    if merge_type is MergeType.MERGE and not delete_text:
+        raise BadHeader("Excepted DELETE ON clause when merge type is MERGE.")
+    if merge_type is not MergeType.MERGE and delete_text:
+        raise BadHeader("Not support DELETE ON clause when merge type is not MERGE.")
+
+    ratio_raw = _get(headers, "max_filter_ratio")
+    max_filter_ratio = 0.0
+    if ratio_raw:
+        try:
+            max_filter_ratio = float(ratio_raw)
+        except ValueError:
+            raise BadHeader(f"Invalid max_filter_ratio format: {ratio_raw}") from None
+        if not 0.0 <= max_filter_ratio <= 1.0:
+            raise BadHeader(f"max_filter_ratio must be between 0 and 1, got {ratio_raw}")
+
+    strict_raw = _get(headers, "strict_mode")
+    if strict_raw is not None and strict_raw.lower() not in ("true", "false"):
+        raise BadHeader("Invalid strict mode format. Must be bool type")
+
+    timeout_raw = _get(headers, "timeout")
+    timeout_s = MAX_TIMEOUT_S
+    if timeout_raw:
+        if not re.fullmatch(r"-?\d+", timeout_raw):
+            raise BadHeader("Invalid timeout format")
+        timeout_s = int(timeout_raw)
+        if not 1 <= timeout_s <= MAX_TIMEOUT_S:
+            raise BadHeader(f"Invalid timeout: {timeout_raw}, must be between 1 and {MAX_TIMEOUT_S} seconds")
+
+    columns_text = _get(headers, "columns")
+    hidden = _get(headers, "hidden_columns")
+    where_text = _get(headers, "where")
+    return LoadRequest(
+        db=db,
+        table=table,
+        label=label,
+        columns=parse_columns(columns_text) if columns_text else None,
+        hidden_columns=tuple(h.strip() for h in hidden.split(",") if h.strip()) if hidden else (),
+        column_separator=decode_separator(headers.get("column_separator", "\t"), header="column_separator"),
+        line_delimiter=decode_separator(headers.get("line_delimiter", "\n"), header="line_delimiter"),
+        skip_lines=skip_lines,
+        where=parse_condition(where_text, header="where") if where_text else None,
+        merge_type=merge_type,
+        delete=parse_condition(delete_text, header="delete") if delete_text else None,
+        sequence_col=_get(headers, "function_column.sequence_col") or None,
+        max_filter_ratio=max_filter_ratio,
+        strict_mode=(strict_raw or "false").lower() == "true",
+        timeout_s=timeout_s,
+        comment=headers.get("comment", ""),
+    )

@@ -1,0 +1,129 @@
+"""Load planning: resolve a `LoadRequest` against a `TableDef` before any data is read.
+
+Pure Python (no Spark), so the server refuses a bad load before it sends `100 Continue`. The rules
+and texts follow Doris's `Load.initColumns` and `NereidsStreamLoadPlanner` (contract §2, §6.3, §6.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loaders.errors import AnalysisError
+from tables.load_spec import ColumnMapping, Expr, LoadRequest, MergeType
+from tables.model import DELETE_SIGN, HIDDEN_PREFIX, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one stored column's value comes from: a name in the load's scope, or the column default."""
+
+    column: ColumnDef
+    source: str | None  # a scope name, or None for the DEFAULT / NULL
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    request: LoadRequest
+    table: TableDef
+    source_fields: tuple[str, ...]
+    derived: tuple[ColumnMapping, ...]
+    targets: tuple[Target, ...]  # visible columns in table order
+    delete_sign_source: str | None  # scope name of a mapped delete sign (APPEND)
+    sequence_source: str | None  # a visible column (its stored value) or a scope name; None → NULL
+
+    @property
+    def scope(self) -> tuple[str, ...]:
+        return self.source_fields + tuple(m.name for m in self.derived)
+
+    def is_table_column(self, name: str) -> bool:
+        return self.table.column(name) is not None
+
+
+def _need_sequence(table: TableDef) -> AnalysisError:
+    return AnalysisError(f"Table {table.name} has sequence column, need to specify the sequence column")
+
+
+def _check_refs(expr: Expr, known: dict[str, str], what: str) -> None:
+    for ref in expr.refs:
+        if ref.lower() not in known:
+            raise AnalysisError(f"Unknown column '{ref}' in '{what}'")
+
+
+def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
+    """Resolve the column mapping, delete sign and sequence source of a load.
+
+    Raises:
+        AnalysisError: with Doris's planning message (unknown column, no default, sequence rules, ...).
+    """
+    if request.merge_type is not MergeType.APPEND:
+        if not table.is_unique:
+            raise AnalysisError("load by MERGE or DELETE is only supported in unique tables.")
+        if not table.delete_sign:
+            raise AnalysisError("load by MERGE or DELETE need to upgrade table to support batch delete.")
+
+    hidden_names = {c.name.lower(): c for c in table.hidden_columns()}
+    if request.columns is not None:
+        mappings = request.columns
+    else:
+        mappings = tuple(ColumnMapping(name=c.name) for c in table.columns)
+        for name in request.hidden_columns:
+            if name.lower() not in hidden_names or name.upper() == VERSION_COL:
+                raise AnalysisError(f"Unknown hidden column '{name}' in table {table.name}")
+            mappings += (ColumnMapping(name=hidden_names[name.lower()].name),)
+
+    known: dict[str, str] = {}
+    for m in mappings:
+        if m.name.upper().startswith(HIDDEN_PREFIX) and m.name.lower() not in hidden_names:
+            raise AnalysisError(f"Unknown column '{m.name}' in table {table.name}")
+        if m.name.upper() == VERSION_COL:
+            raise AnalysisError(f"Column {VERSION_COL} can not be loaded")
+        if m.expr is not None:
+            _check_refs(m.expr, known, "columns")
+        known[m.name.lower()] = m.name
+
+    targets: list[Target] = []
+    for col in table.columns:
+        source = known.get(col.name.lower())
+        if source is None and not col.has_default and not col.nullable:
+            raise AnalysisError(f"Column has no default value. column: {col.name}")
+        targets.append(Target(column=col, source=source))
+
+    for expr, what in ((request.where, "where"), (request.delete, "delete")):
+        if expr is not None:
+            _check_refs(expr, {**known, **{c.name.lower(): c.name for c in table.columns}}, what)
+
+    delete_sign_source = known.get(DELETE_SIGN.lower()) if table.is_unique and table.delete_sign else None
+
+    sequence_source: str | None = None
+    if not table.has_sequence:
+        if request.sequence_col:
+            raise AnalysisError(f"There is no sequence column in the table {table.name}")
+    elif SEQUENCE_COL.lower() in known:
+        sequence_source = known[SEQUENCE_COL.lower()]
+    elif table.sequence_col is not None:
+        # the table maps the sequence to a real column: the header is ignored
+        mapped = table.column(table.sequence_col)
+        assert mapped is not None
+        if (
+            mapped.name.lower() not in known
+            and request.merge_type is not MergeType.DELETE
+            and not mapped.default_is_current_timestamp
+        ):
+            raise _need_sequence(table)
+        sequence_source = mapped.name  # the stored value of the mapped column, default included
+    elif request.sequence_col:
+        if request.sequence_col.lower() not in known:
+            raise AnalysisError(f"Unknown column '{request.sequence_col}' in 'function_column.sequence_col'")
+        sequence_source = known[request.sequence_col.lower()]
+    elif request.source == "stream_load":
+        raise _need_sequence(table)
+
+    return LoadPlan(
+        request=request,
+        table=table,
+        source_fields=tuple(m.name for m in mappings if m.expr is None),
+        derived=tuple(m for m in mappings if m.expr is not None),
+        targets=tuple(targets),
+        delete_sign_source=delete_sign_source,
+        sequence_source=sequence_source,
+    )

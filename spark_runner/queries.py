@@ -1,0 +1,87 @@
+"""Merge-on-read queries: each table becomes a view of its merged rows, then Spark runs the SELECT."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_runner.merge import latest_per_key, sequence_order
+from spark_runner.types import storage_schema, value_type
+from tables.catalog import TableHandle
+from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
+
+
+def read_rowsets(spark: SparkSession, handle: TableHandle) -> DataFrame:
+    """Every stored row of the table's current snapshot, in storage types."""
+    cols = [(c, handle.field_id(c.name)) for c in handle.definition.all_columns()]
+    schema = storage_schema(cols)
+    files = handle.data_files()
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*files)
+
+
+def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:
+    """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked."""
+    table = handle.definition
+    df = read_rowsets(spark, handle)
+    if table.is_unique:
+        seq = F.col(SEQUENCE_COL) if table.has_sequence else None
+        df = latest_per_key(df, table.key_columns, sequence_order(seq, F.col(VERSION_COL)))
+        if table.delete_sign and not show_hidden:
+            df = df.filter(F.col(DELETE_SIGN) == 0)
+    visible = [F.col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.columns]
+    if show_hidden:
+        visible += [F.col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.hidden_columns()]
+    return df.select(*visible)
+
+
+_MYSQL_TYPES: list[tuple[type[T.DataType], str]] = [
+    (T.ByteType, "TINYINT"), (T.ShortType, "SMALLINT"), (T.IntegerType, "INT"), (T.LongType, "BIGINT"),
+    (T.FloatType, "FLOAT"), (T.DoubleType, "DOUBLE"), (T.DecimalType, "DECIMAL"), (T.StringType, "VARCHAR"),
+    (T.DateType, "DATE"), (T.TimestampNTZType, "DATETIME"), (T.TimestampType, "DATETIME"),
+    (T.BooleanType, "BOOLEAN"),
+]
+
+
+def mysql_type_name(t: T.DataType) -> str:
+    for cls, name in _MYSQL_TYPES:
+        if isinstance(t, cls):
+            return name
+    return t.simpleString().upper()
+
+
+def render_value(value: Any) -> Any:
+    """A result value as Doris's HTTP SQL endpoint shows it: dates as strings, other values as scalars."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ", timespec="microseconds" if value.microsecond else "seconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    columns: list[tuple[str, str]]
+    rows: list[list[Any]]
+    time_ms: int
+
+
+def collect_result(df: DataFrame, *, limit: int | None = None) -> ResultSet:
+    """Run a query DataFrame and render its rows and metadata."""
+    start = time.monotonic()
+    data = df.limit(limit).collect() if limit is not None else df.collect()
+    meta = [(f.name, mysql_type_name(f.dataType)) for f in df.schema.fields]
+    rows = [[render_value(v) for v in row] for row in data]
+    return ResultSet(columns=meta, rows=rows, time_ms=int((time.monotonic() - start) * 1000))

@@ -1,0 +1,152 @@
+"""The load service: claim the label, run the load job under the table's writer, report Doris's counts."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from loaders.errors import DataQualityError, LoadError
+from spark_runner.errors import spark_errors
+from spark_runner.load_job import JobOutcome, csv_source, rows_source, run_load_job
+from spark_runner.planning import LoadPlan, plan_load
+from tables.catalog import Catalog
+from tables.commit import TableWriter
+from tables.load_spec import LoadCounts, LoadRequest, LoadResult
+from tables.transactions import ABORTED, TransactionStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreparedLoad:
+    """A load that passed planning and holds its label (PREPARE)."""
+
+    plan: LoadPlan
+    txn_id: int
+    started: float
+    begin_txn_ms: int
+    plan_ms: int
+
+    @property
+    def request(self) -> LoadRequest:
+        return self.plan.request
+
+
+class LoadService:
+    """Runs loads end to end; shared by stream load and INSERT."""
+
+    def __init__(
+        self, *, spark: SparkSession, catalog: Catalog, txns: TransactionStore, writer: TableWriter,
+        error_log_dir: Path,
+    ) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self.txns = txns
+        self.writer = writer
+        self.error_log_dir = error_log_dir
+        error_log_dir.mkdir(parents=True, exist_ok=True)
+
+    def prepare(self, request: LoadRequest) -> PreparedLoad:
+        """Plan the load against the table and claim its label.
+
+        Raises:
+            DorisError (unknown db/table, label in use), LoadError (planning errors).
+        """
+        started = time.monotonic()
+        handle = self.catalog.load(request.db, request.table)
+        plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+        planned = time.monotonic()
+        txn_id = self.txns.begin(request.db, handle.definition.name, request.label)
+        return PreparedLoad(
+            plan=plan, txn_id=txn_id, started=started,
+            plan_ms=int((planned - started) * 1000), begin_txn_ms=int((time.monotonic() - planned) * 1000),
+        )
+
+    def abort(self, prepared: PreparedLoad) -> None:
+        self.txns.set_state(prepared.txn_id, ABORTED)
+
+    def run_csv(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
+        return self._run(prepared, lambda: csv_source(self.spark, path, prepared.plan), load_bytes, receive_ms)
+
+    def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
+        return self._run(prepared, lambda: rows_source(self.spark, rows, prepared.plan), 0, 0)
+
+    def _run(self, prepared: PreparedLoad, source, load_bytes: int, receive_ms: int) -> LoadResult:
+        req = prepared.request
+        base = dict(
+            txn_id=prepared.txn_id, label=req.label, comment=req.comment, load_bytes=load_bytes,
+            begin_txn_time_ms=prepared.begin_txn_ms, stream_load_put_time_ms=prepared.plan_ms,
+            receive_data_time_ms=receive_ms,
+        )
+        outcome: JobOutcome | None = None
+        write_started = time.monotonic()
+        commit_ms = 0
+        try:
+            with self.writer.write(req.db, req.table, txn_id=prepared.txn_id, label=req.label) as rowset:
+                field_ids = {c.name: rowset.handle.field_id(c.name) for c in prepared.plan.table.all_columns()}
+                with spark_errors():
+                    frame: DataFrame = source()
+                    outcome = run_load_job(
+                        self.spark, frame, prepared.plan, directory=rowset.directory, version=rowset.version,
+                        field_ids=field_ids, buckets=prepared.plan.table.buckets,
+                    )
+                self._check_quality(prepared, outcome)
+                rowset.files = outcome.files
+                commit_started = time.monotonic()
+            commit_ms = int((time.monotonic() - commit_started) * 1000)
+        except LoadError as exc:
+            counts = outcome.counts if outcome else LoadCounts()
+            error_url = getattr(exc, "error_url", None)
+            return LoadResult(
+                **base, status="Fail", message=exc.doris_message,
+                number_total_rows=counts.total, number_loaded_rows=0,
+                number_filtered_rows=counts.filtered, number_unselected_rows=counts.unselected,
+                load_time_ms=int((time.monotonic() - prepared.started) * 1000),
+                error_url=error_url,
+                first_error_msg=outcome.errors[0] if outcome and outcome.errors else None,
+            )
+        assert outcome is not None
+        counts = outcome.counts
+        return LoadResult(
+            **base, status="Success", message="OK",
+            number_total_rows=counts.total, number_loaded_rows=counts.loaded,
+            number_filtered_rows=counts.filtered, number_unselected_rows=counts.unselected,
+            load_time_ms=int((time.monotonic() - prepared.started) * 1000),
+            write_data_time_ms=int((time.monotonic() - write_started) * 1000) - commit_ms,
+            commit_and_publish_time_ms=commit_ms,
+            error_url=self._write_error_log(prepared, outcome) if counts.filtered else None,
+        )
+
+    def _write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
+        name = f"error_log_{prepared.txn_id}_{prepared.request.label}"
+        lines = list(outcome.errors)
+        if outcome.counts.filtered > len(lines):
+            lines.append(f"TOO MUCH ERROR! already reach {len(outcome.errors)}. show no more next error.")
+        (self.error_log_dir / name).write_text("\n".join(lines) + "\n")
+        return f"/api/_load_error_log?file={name}"
+
+    def _check_quality(self, prepared: PreparedLoad, outcome: JobOutcome) -> None:
+        """Doris's filter ratio: filtered / (total - unselected) > max_filter_ratio fails the load."""
+        counts = outcome.counts
+        selected = counts.total - counts.unselected
+        if selected > 0 and counts.filtered / selected > prepared.request.max_filter_ratio:
+            raise DataQualityError(
+                "too many filtered rows", error_url=self._write_error_log(prepared, outcome)
+            )
+
+    def error_log(self, name: str) -> str | None:
+        path = (self.error_log_dir / name).resolve()
+        if path.parent != self.error_log_dir.resolve() or not path.is_file():
+            return None
+        return path.read_text()
+
+    def cleanup_staged(self, path: Path) -> None:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

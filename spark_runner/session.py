@@ -1,0 +1,44 @@
+"""The one long-lived SparkSession of a server process (or of a test run)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BASE_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    # Doris converts bad values to NULL (or filters them) instead of failing the statement.
+    "spark.sql.ansi.enabled": "false",
+    # Files carry Iceberg field ids; reading by id keeps renames and drop/re-add correct.
+    "spark.sql.parquet.fieldId.read.enabled": "true",
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # reflect/java_method run any static Java method: match nothing.
+    "spark.sql.reflect.allowList": "^$",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.sql.sources.partitionOverwriteMode": "static",
+    "spark.driver.memory": "2g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_session(
+    *, master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "doris-stream-load"
+) -> SparkSession:
+    """Build (or get) the process's SparkSession with the settings every job relies on."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**BASE_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,52 @@
+"""Domain errors of the bottom layer, each with the Doris wording users match on.
+
+    DorisError                  message already in Doris's words
+    ├── DatabaseNotFound
+    ├── TableNotFound
+    ├── AlreadyExists
+    └── LabelAlreadyExists      carries the existing transaction's state
+"""
+
+from __future__ import annotations
+
+
+class DorisError(Exception):
+    """An error whose message is shown to the user as is (after Doris's own prefixes)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class DatabaseNotFound(DorisError):
+    def __init__(self, db: str) -> None:
+        super().__init__(f"Unknown database '{db}'")
+
+
+class TableNotFound(DorisError):
+    def __init__(self, db: str, table: str) -> None:
+        super().__init__(f"Unknown table '{table}' in database '{db}'")
+
+
+class AlreadyExists(DorisError):
+    pass
+
+
+class LabelAlreadyExists(DorisError):
+    """The label is held by a transaction that is not aborted (contract §4)."""
+
+    def __init__(self, label: str, txn_id: int, state: str) -> None:
+        self.label = label
+        self.txn_id = txn_id
+        self.state = state
+        super().__init__(
+            f"Label [{label}] has already been used, relate to txn [{txn_id}], status [{state}]."
+        )
+
+    @property
+    def existing_job_status(self) -> str:
+        if self.state in ("UNKNOWN", "PREPARE"):
+            return "RUNNING"
+        if self.state == "PRECOMMITTED":
+            return "PRECOMMITTED"
+        return "FINISHED"

@@ -1,0 +1,103 @@
+"""The typed specs that cross layers: what a load asks for (`LoadRequest`) and what it did (`LoadResult`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MergeType(StrEnum):
+    APPEND = "APPEND"
+    DELETE = "DELETE"
+    MERGE = "MERGE"
+
+
+class Expr(BaseModel):
+    """A user expression that passed the allow-list: Spark SQL text, the columns it reads, the original text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spark_sql: str
+    refs: tuple[str, ...] = ()
+    text: str = ""
+
+
+class ColumnMapping(BaseModel):
+    """One entry of the `columns` header: a source field (`expr is None`) or `name = expr`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    expr: Expr | None = None
+
+
+class LoadRequest(BaseModel):
+    """Everything a load needs, decided from the headers (or the INSERT statement) before any data is read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    db: str
+    table: str
+    label: str
+    columns: tuple[ColumnMapping, ...] | None = None
+    hidden_columns: tuple[str, ...] = ()
+    column_separator: str = "\t"
+    line_delimiter: str = "\n"
+    skip_lines: int = 0
+    where: Expr | None = None
+    merge_type: MergeType = MergeType.APPEND
+    delete: Expr | None = None
+    sequence_col: str | None = None
+    max_filter_ratio: float = 0.0
+    strict_mode: bool = False
+    timeout_s: int = 259200
+    comment: str = ""
+    source: Literal["stream_load", "insert"] = "stream_load"
+
+
+Status = Literal["Success", "Publish Timeout", "Label Already Exists", "Fail"]
+
+
+class LoadResult(BaseModel):
+    """The Doris stream-load reply (contract §3.1), fields in Doris's emission order."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    txn_id: int = Field(-1, alias="TxnId")
+    label: str = Field("", alias="Label")
+    comment: str = Field("", alias="Comment")
+    two_phase_commit: str = Field("false", alias="TwoPhaseCommit")
+    status: Status = Field("Success", alias="Status")
+    existing_job_status: str | None = Field(None, alias="ExistingJobStatus")
+    message: str = Field("OK", alias="Message")
+    number_total_rows: int = Field(0, alias="NumberTotalRows")
+    number_loaded_rows: int = Field(0, alias="NumberLoadedRows")
+    number_filtered_rows: int = Field(0, alias="NumberFilteredRows")
+    number_unselected_rows: int = Field(0, alias="NumberUnselectedRows")
+    load_bytes: int = Field(0, alias="LoadBytes")
+    load_time_ms: int = Field(0, alias="LoadTimeMs")
+    begin_txn_time_ms: int = Field(0, alias="BeginTxnTimeMs")
+    stream_load_put_time_ms: int = Field(0, alias="StreamLoadPutTimeMs")
+    read_data_time_ms: int = Field(0, alias="ReadDataTimeMs")
+    write_data_time_ms: int = Field(0, alias="WriteDataTimeMs")
+    receive_data_time_ms: int = Field(0, alias="ReceiveDataTimeMs")
+    commit_and_publish_time_ms: int = Field(0, alias="CommitAndPublishTimeMs")
+    error_url: str | None = Field(None, alias="ErrorURL")
+    first_error_msg: str | None = Field(None, alias="FirstErrorMsg")
+
+    def to_doris(self) -> dict[str, object]:
+        """The reply as Doris prints it: aliases, optional fields only when set."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class LoadCounts(BaseModel):
+    """Row counts of one load job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    loaded: int = 0
+    filtered: int = 0
+    unselected: int = 0

@@ -1,0 +1,132 @@
+"""The Doris table model: columns, key model, sequence settings and the hidden columns they imply.
+
+A `TableDef` is stored as JSON in the Iceberg table properties (`doris.definition`), so the
+catalog is the single source of truth for it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from tables.types import DorisType
+
+DELETE_SIGN = "__DORIS_DELETE_SIGN__"
+VERSION_COL = "__DORIS_VERSION_COL__"
+SEQUENCE_COL = "__DORIS_SEQUENCE_COL__"
+HIDDEN_PREFIX = "__DORIS_"
+
+DEFINITION_PROPERTY = "doris.definition"
+
+
+class KeysType(StrEnum):
+    UNIQUE = "UNIQUE_KEYS"
+    DUPLICATE = "DUP_KEYS"
+    AGGREGATE = "AGG_KEYS"
+
+
+class ColumnDef(BaseModel):
+    """One column as declared in CREATE TABLE (or a hidden column the table model adds)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: DorisType
+    nullable: bool = True
+    default: str | None = None
+    has_default: bool = False
+    comment: str = ""
+    is_key: bool = False
+    aggregation: str | None = None
+    hidden: bool = False
+
+    @property
+    def default_is_current_timestamp(self) -> bool:
+        return self.has_default and (self.default or "").upper() in ("CURRENT_TIMESTAMP", "NOW()")
+
+
+class TableDef(BaseModel):
+    """A Doris table: key model, columns, buckets and the properties that change load and merge rules."""
+
+    model_config = ConfigDict(frozen=True)
+
+    db: str
+    name: str
+    keys_type: KeysType
+    columns: tuple[ColumnDef, ...]
+    key_columns: tuple[str, ...]
+    bucket_columns: tuple[str, ...] = ()
+    buckets: int = 1
+    sequence_type: DorisType | None = None
+    sequence_col: str | None = None
+    merge_on_write: bool = True
+    delete_sign: bool = True
+    comment: str = ""
+    properties: dict[str, str] = {}
+
+    # -- columns -------------------------------------------------------------------------
+    def column(self, name: str) -> ColumnDef | None:
+        """Look a visible or hidden column up by name, case-insensitively as Doris does."""
+        lower = name.lower()
+        for col in self.all_columns():
+            if col.name.lower() == lower:
+                return col
+        return None
+
+    def hidden_columns(self) -> tuple[ColumnDef, ...]:
+        """Hidden columns in storage and `SELECT *` order: delete sign, version, sequence."""
+        out: list[ColumnDef] = []
+        if self.is_unique and self.delete_sign:
+            out.append(
+                ColumnDef(
+                    name=DELETE_SIGN, type=DorisType(name="TINYINT"), nullable=False, default="0",
+                    has_default=True, hidden=True, aggregation="REPLACE",
+                )
+            )
+        if self.is_unique:
+            out.append(
+                ColumnDef(
+                    name=VERSION_COL, type=DorisType(name="BIGINT"), nullable=False, default="0",
+                    has_default=True, hidden=True, aggregation="REPLACE",
+                )
+            )
+        if self.has_sequence:
+            out.append(
+                ColumnDef(
+                    name=SEQUENCE_COL, type=self.effective_sequence_type(), nullable=True, hidden=True,
+                    aggregation="REPLACE",
+                )
+            )
+        return tuple(out)
+
+    def all_columns(self) -> tuple[ColumnDef, ...]:
+        return self.columns + self.hidden_columns()
+
+    def value_columns(self) -> tuple[ColumnDef, ...]:
+        return tuple(c for c in self.columns if not c.is_key)
+
+    # -- model ---------------------------------------------------------------------------
+    @property
+    def is_unique(self) -> bool:
+        return self.keys_type is KeysType.UNIQUE
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.is_unique and (self.sequence_type is not None or self.sequence_col is not None)
+
+    def effective_sequence_type(self) -> DorisType:
+        """The type of `__DORIS_SEQUENCE_COL__`: the mapped column's type, else `sequence_type`."""
+        if self.sequence_col is not None:
+            col = next(c for c in self.columns if c.name.lower() == self.sequence_col.lower())
+            return col.type
+        if self.sequence_type is None:
+            raise ValueError(f"table {self.name} has no sequence column")
+        return self.sequence_type
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> TableDef:
+        return cls.model_validate_json(text)

@@ -1,0 +1,137 @@
+"""Labels and transactions, in a small SQLite table beside the catalog.
+
+A load claims its label (PREPARE) before its job runs, its snapshot carries `doris.txn_id`, and it is
+marked VISIBLE after the Iceberg commit, or ABORTED when it fails (which frees the label).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tables.errors import LabelAlreadyExists
+
+PREPARE = "PREPARE"
+PRECOMMITTED = "PRECOMMITTED"
+COMMITTED = "COMMITTED"
+VISIBLE = "VISIBLE"
+ABORTED = "ABORTED"
+UNKNOWN = "UNKNOWN"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS txns (
+    txn_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    db TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    label TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created REAL NOT NULL,
+    finished REAL
+);
+CREATE INDEX IF NOT EXISTS txns_label ON txns (db, label);
+"""
+
+
+@dataclass(frozen=True)
+class Txn:
+    txn_id: int
+    db: str
+    table: str
+    label: str
+    state: str
+    created: float
+    finished: float | None
+
+
+class TransactionStore:
+    """Label claims and transaction states; one SQLite connection guarded by a lock."""
+
+    def __init__(self, path: Path, *, label_keep_seconds: float = 43200.0) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self.label_keep_seconds = label_keep_seconds
+
+    def begin(self, db: str, table: str, label: str) -> int:
+        """Claim a label and open a PREPARE transaction; returns its id.
+
+        Raises:
+            LabelAlreadyExists: a transaction with this label is not aborted (and not expired).
+        """
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                holder = self._holder(db, label)
+                if holder is not None:
+                    raise LabelAlreadyExists(label, holder.txn_id, holder.state)
+                cur = self._conn.execute(
+                    "INSERT INTO txns (db, tbl, label, state, created) VALUES (?, ?, ?, ?, ?)",
+                    (db, table, label, PREPARE, time.time()),
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+    def _holder(self, db: str, label: str) -> Txn | None:
+        horizon = time.time() - self.label_keep_seconds
+        rows = self._conn.execute(
+            "SELECT * FROM txns WHERE db = ? AND label = ? AND state != ? ORDER BY txn_id DESC",
+            (db, label, ABORTED),
+        ).fetchall()
+        for row in rows:
+            txn = Txn(*row)
+            if txn.state == VISIBLE and txn.finished is not None and txn.finished < horizon:
+                continue
+            return txn
+        return None
+
+    def set_state(self, txn_id: int, state: str) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id)
+            )
+
+    def get(self, txn_id: int) -> Txn | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM txns WHERE txn_id = ?", (txn_id,)).fetchone()
+        return Txn(*row) if row else None
+
+    def label_state(self, db: str, label: str) -> str:
+        """The state of the newest transaction with this label, or UNKNOWN (also once expired)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT * FROM txns WHERE db = ? AND label = ? ORDER BY txn_id DESC LIMIT 1", (db, label)
+            ).fetchone()
+        if row is None:
+            return UNKNOWN
+        txn = Txn(*row)
+        if txn.finished is not None and txn.finished < time.time() - self.label_keep_seconds:
+            return UNKNOWN
+        return txn.state
+
+    def in_state(self, state: str) -> list[Txn]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM txns WHERE state = ?", (state,)).fetchall()
+        return [Txn(*r) for r in rows]
+
+    def forget_expired(self) -> int:
+        """Delete finished transactions older than the label keep time; returns how many."""
+        horizon = time.time() - self.label_keep_seconds
+        with self._lock:
+            cur = self._conn.execute(
+                "DELETE FROM txns WHERE state IN (?, ?) AND finished < ?", (VISIBLE, ABORTED, horizon)
+            )
+        return cur.rowcount
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
