@@ -275,3 +275,14 @@ def run_load_job(
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
     files = sorted(str(p) for p in directory.glob("*.parquet"))
     return JobOutcome(counts=counts, files=files, errors=errors)
+
+
+def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
+    """Rows of a query result (INSERT ... SELECT) as load source fields."""
+    fields = [F.col(f"`{name}`").cast("string").alias(_field(i)) for i, name in enumerate(df.columns)]
+    return df.select(
+        F.monotonically_increasing_id().alias(POS),
+        F.concat_ws(", ", *[F.coalesce(F.col(f"`{n}`").cast("string"), F.lit("NULL")) for n in df.columns]).alias(LINE),
+        F.lit(len(df.columns)).alias(NCOLS),
+        *fields,
+    )

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loaders.errors import DataQualityError, LoadError
 from spark_runner.errors import spark_errors
-from spark_runner.load_job import JobOutcome, csv_source, rows_source, run_load_job
+from spark_runner.load_job import JobOutcome, csv_source, frame_source, rows_source, run_load_job
 from spark_runner.planning import LoadPlan, plan_load
 from tables.catalog import Catalog
 from tables.commit import TableWriter
@@ -75,6 +75,9 @@ class LoadService:
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
         return self._run(prepared, lambda: rows_source(self.spark, rows, prepared.plan), 0, 0)
+
+    def run_frame(self, prepared: PreparedLoad, frame: DataFrame) -> LoadResult:
+        return self._run(prepared, lambda: frame_source(frame, prepared.plan), 0, 0)
 
     def _run(self, prepared: PreparedLoad, source, load_bytes: int, receive_ms: int) -> LoadResult:
         req = prepared.request

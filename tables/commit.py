@@ -83,3 +83,29 @@ class TableWriter:
             handle.iceberg.delete(
                 delete_filter="True", snapshot_properties={VERSION_PROPERTY: str(version)}
             )
+
+
+def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int]:
+    """Resolve transactions left PREPARE by a crash: VISIBLE if their snapshot committed, else ABORTED.
+
+    Returns (made visible, aborted).
+    """
+    visible = aborted = 0
+    for txn in txns.in_state("PREPARE"):
+        committed = False
+        try:
+            handle = catalog.load(txn.db, txn.table)
+        except Exception:  # the table is gone: nothing of the load can be visible
+            handle = None
+        if handle is not None:
+            for snap in handle.iceberg.snapshots():
+                props = snap.summary.additional_properties if snap.summary else {}
+                if props.get("doris.txn_id") == str(txn.txn_id):
+                    committed = True
+                    break
+            if not committed:
+                shutil.rmtree(handle.location / "data" / f"txn_{txn.txn_id}", ignore_errors=True)
+        txns.set_state(txn.txn_id, VISIBLE if committed else ABORTED)
+        visible += committed
+        aborted += not committed
+    return visible, aborted

@@ -1,0 +1,1 @@
+"""HTTP only: auth, routes, Doris-shaped replies."""

@@ -1,0 +1,75 @@
+"""Small FE/BE endpoints clients probe: `/`, health, backends, load state, error log, table schema."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import PlainTextResponse, Response
+
+from app.auth import check_basic_auth
+from app.deps import ServicesDep
+from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
+from loaders.errors import NotAuthorized
+from tables.errors import DorisError
+
+router = APIRouter()
+
+
+@router.get("/")
+async def root() -> PlainTextResponse:
+    return PlainTextResponse("Doris-compatible stream load service\n")
+
+
+@router.get("/api/health")
+async def health() -> Response:
+    return fe_json({"online_backend_num": 1, "total_backend_num": 1})
+
+
+@router.get("/api/backends")
+async def backends(request: Request, services: ServicesDep) -> Response:
+    host = request.url.hostname or services.settings.host
+    port = request.url.port or services.settings.port
+    return fe_json({"backends": [{"ip": host, "http_port": port, "is_alive": True}]})
+
+
+@router.get("/api/{db}/get_load_state")
+async def get_load_state(db: str, request: Request, services: ServicesDep, label: str | None = None) -> Response:
+    try:
+        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
+    except NotAuthorized as exc:
+        return fe_unauthorized(exc.text)
+    if not label:
+        return fe_bad_request("No label selected")
+    if not services.catalog.database_exists(db):
+        return fe_error(f"Unknown database '{db}'")
+    return fe_json(services.txns.label_state(db, label))
+
+
+@router.get("/api/_load_error_log")
+async def load_error_log(services: ServicesDep, file: str = "") -> Response:
+    text = services.loads.error_log(file)
+    if text is None:
+        return PlainTextResponse("error log not found\n", status_code=404)
+    return PlainTextResponse(text)
+
+
+@router.get("/api/{db}/{table}/_schema")
+async def table_schema(db: str, table: str, request: Request, services: ServicesDep) -> Response:
+    try:
+        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
+    except NotAuthorized as exc:
+        return fe_unauthorized(exc.text)
+    try:
+        handle = await run_in_threadpool(services.catalog.load, db, table)
+    except DorisError as exc:
+        return fe_error(exc.message)
+    definition = handle.definition
+    props = []
+    for col in definition.columns:
+        entry = {"name": col.name, "type": col.type.schema_name(), "comment": col.comment,
+                 "aggregation_type": "" if col.is_key else (col.aggregation or "NONE")}
+        if col.type.name == "DECIMAL":
+            entry["precision"] = str(col.type.precision)
+            entry["scale"] = str(col.type.scale)
+        props.append(entry)
+    return fe_json({"status": 200, "keysType": definition.keys_type.value, "properties": props})

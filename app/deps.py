@@ -1,0 +1,31 @@
+"""Resources built in the lifespan, reached by handlers through `Annotated` dependencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.settings import Settings
+from spark_runner.service import LoadService
+from sql.executor import SqlExecutor
+from tables.catalog import Catalog
+from tables.transactions import TransactionStore
+
+
+@dataclass
+class Services:
+    settings: Settings
+    catalog: Catalog
+    txns: TransactionStore
+    loads: LoadService
+    sql: SqlExecutor
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

@@ -1,0 +1,69 @@
+"""The FastAPI application: `create_app(settings, spark=...)` builds everything once, in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from app import admin, query, stream_load
+from app.deps import Services
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("app")
+
+
+def build_services(settings: Settings, spark: SparkSession | None) -> Services:
+    """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+    from spark_runner.service import LoadService
+    from spark_runner.session import build_session
+    from sql.executor import SqlExecutor
+    from tables.catalog import Catalog
+    from tables.commit import TableWriter, recover_prepared
+    from tables.transactions import TransactionStore
+
+    data_dir = settings.resolved_data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if spark is None:
+        spark = build_session(master=settings.spark_master, conf=settings.spark_conf)
+    catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
+    txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
+    visible, aborted = recover_prepared(catalog, txns)
+    if visible or aborted:
+        log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
+    writer = TableWriter(catalog, txns)
+    loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
+    executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
+    return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor)
+
+
+def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAPI:
+    """The application; `spark` is a seam for tests that share one SparkSession."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await run_in_threadpool(build_services, settings, spark)
+        app.state.services = services
+        try:
+            yield
+        finally:
+            services.txns.close()
+
+    app = FastAPI(
+        title="Doris-compatible stream load on Spark",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Apache Doris stream-load and HTTP SQL interfaces, with the data pipeline on Apache Spark.",
+    )
+    app.include_router(stream_load.router)
+    app.include_router(query.router)
+    app.include_router(admin.router)
+    return app

@@ -1,0 +1,53 @@
+"""HTTP SQL: `POST /api/query/{ns}/{db}` with `{"stmt": ...}`, non-stream reply shape (contract §1.10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from app.auth import check_basic_auth
+from app.deps import ServicesDep
+from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
+from loaders.errors import NotAuthorized
+from sql.errors import SqlError
+from sql.results import ResultSet
+from sql.session import Session
+
+router = APIRouter()
+
+
+@router.post("/api/query/{ns}/{db}")
+async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Response:
+    try:
+        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
+    except NotAuthorized as exc:
+        return fe_unauthorized(exc.text)
+    try:
+        body: Any = await request.json()
+    except ValueError:
+        body = None
+    stmt = body.get("stmt") if isinstance(body, dict) else None
+    if not isinstance(stmt, str) or not stmt.strip():
+        return fe_bad_request("Missing statement request body")
+    limit = body.get("limit")
+    session = Session(db=db)
+    try:
+        result = await run_in_threadpool(
+            services.sql.execute_script, stmt, session, limit=int(limit) if limit is not None else None
+        )
+    except SqlError as exc:
+        return fe_error(f"Failed to execute sql: {exc.doris_message}")
+    if isinstance(result, ResultSet):
+        data = {
+            "type": "result_set",
+            "meta": [{"name": name, "type": type_name} for name, type_name in result.columns],
+            "data": result.rows,
+            "time": result.time_ms,
+        }
+    else:
+        data = {"type": "exec_status", "status": {"affectedRows": result.affected_rows, **result.info},
+                "time": result.time_ms}
+    return fe_json(data)

@@ -1,0 +1,57 @@
+"""Doris-shaped replies: the stream-load JSON and the FE's `{msg, code, data, count}` envelope."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from loaders.errors import LoadError
+from tables.errors import DorisError, LabelAlreadyExists
+from tables.load_spec import LoadResult
+
+
+class DorisLoadResponse(Response):
+    """Stream-load replies: HTTP 200, JSON pretty-printed with 4 spaces and a trailing newline, as the BE sends."""
+
+    def __init__(self, result: LoadResult) -> None:
+        body = json.dumps(result.to_doris(), indent=4, ensure_ascii=False) + "\n"
+        super().__init__(content=body.encode(), status_code=200, media_type="application/json")
+
+
+def load_error_result(exc: Exception, *, label: str = "", comment: str = "", txn_id: int = -1) -> LoadResult:
+    """One renderer for every failure of a load (errors before the job ran, label clashes)."""
+    if isinstance(exc, LabelAlreadyExists):
+        return LoadResult(
+            txn_id=-1, label=label, comment=comment, status="Label Already Exists",
+            existing_job_status=exc.existing_job_status,
+            message=f"[LABEL_ALREADY_EXISTS]TStatus: errCode = 2, detailMessage = {exc.message}",
+        )
+    if isinstance(exc, LoadError):
+        message = exc.doris_message
+    elif isinstance(exc, DorisError):
+        message = f"[ANALYSIS_ERROR]TStatus: errCode = 2, detailMessage = {exc.message}"
+    else:
+        message = f"[INTERNAL_ERROR]{exc}"
+    return LoadResult(txn_id=txn_id, label=label, comment=comment, status="Fail", message=message)
+
+
+def fe_json(data: Any, *, msg: str = "success", code: int = 0, with_count: bool = True) -> Response:
+    """The FE REST envelope; HTTP 200 whatever the outcome (Doris's RestApiStatusCode lives in `code`)."""
+    payload: dict[str, Any] = {"msg": msg, "code": code, "data": data}
+    if with_count:
+        payload["count"] = 0
+    return Response(json.dumps(payload, ensure_ascii=False), status_code=200, media_type="application/json")
+
+
+def fe_error(reason: str) -> Response:
+    return fe_json(reason, msg="Error", code=1)
+
+
+def fe_unauthorized(reason: str) -> Response:
+    return fe_json(reason, msg="Unauthorized", code=401)
+
+
+def fe_bad_request(reason: str) -> Response:
+    return fe_json(reason, msg="Bad Request", code=403)

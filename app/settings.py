@@ -1,0 +1,39 @@
+"""Server settings: one pydantic-settings class, built once and passed in (env prefix `SL_`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every setting has an `SL_` environment variable (e.g. `SL_PORT`); defaults give the embedded local setup."""
+
+    model_config = SettingsConfigDict(env_prefix="SL_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
+    port: int = Field(8030, description="HTTP port (Doris FE's http_port).")
+    data_dir: Path = Field(Path("./data"), description="Holds catalog, warehouse, staging, error logs, transactions.")
+    spark_master: str = Field("local[*]", description="Spark master URL; local Spark by default.")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, as a JSON object.")
+    catalog_uri: str | None = Field(None, description="SQL catalog URI; default: SQLite file under data_dir.")
+    warehouse: Path | None = Field(None, description="Warehouse folder; default: data_dir/warehouse.")
+    root_password: SecretStr = Field(SecretStr(""), description="Password of the users root and admin.")
+    max_body_bytes: int = Field(10240 * 1024 * 1024, description="Largest stream-load body (streaming_load_max_mb).")
+    label_keep_seconds: float = Field(43200.0, description="How long finished labels are kept (12 h, as Doris).")
+    sql_row_limit: int = Field(1000, description="Default row limit of the HTTP SQL endpoint.")
+    log_level: str = Field("info", description="Server log level.")
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def resolved_warehouse(self) -> Path:
+        return (self.warehouse or self.resolved_data_dir / "warehouse").expanduser().resolve()
+
+    @property
+    def resolved_catalog_uri(self) -> str:
+        return self.catalog_uri or f"sqlite:///{self.resolved_data_dir / 'catalog.db'}"

@@ -1,0 +1,79 @@
+"""Stream load: `PUT /api/{db}/{table}/_stream_load` (contract §1.2, §1.3, §3)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from app.auth import check_basic_auth
+from app.deps import Services, ServicesDep
+from app.responses import DorisLoadResponse, load_error_result
+from loaders.errors import BadRequest, LoadError
+from loaders.headers import parse_load_request
+from loaders.staging import stage_payload
+from tables.errors import DorisError
+from tables.load_spec import LoadResult
+
+router = APIRouter()
+
+
+def check_body_framing(request: Request) -> int | None:
+    """Exactly one of Content-Length and chunked (contract §1.3); returns the announced length.
+
+    Raises:
+        BadRequest.
+    """
+    length = request.headers.get("content-length")
+    chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+    if length is not None and chunked:
+        raise BadRequest("please do not set both content_length and transfer-encoding")
+    if length is None and not chunked:
+        raise BadRequest(
+            "content_length is empty and transfer-encoding!=chunked, please set content_length or "
+            "transfer-encoding=chunked"
+        )
+    return int(length) if length is not None else None
+
+
+async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:
+    """Decide from the headers, then stage the body and run the load; every outcome is a `LoadResult`."""
+    label = request.headers.get("label", "")
+    comment = request.headers.get("comment", "")
+    try:
+        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
+        expected = check_body_framing(request)
+        load = parse_load_request(db, table, request.headers)
+        label = load.label
+        prepared = await run_in_threadpool(services.loads.prepare, load)
+    except (LoadError, DorisError) as exc:
+        return load_error_result(exc, label=label, comment=comment)
+    staging = services.settings.resolved_data_dir / "staging" / f"txn_{prepared.txn_id}.dat"
+    received = time.monotonic()
+    try:
+        staged = await stage_payload(
+            request.stream(), staging, max_bytes=services.settings.max_body_bytes, expected=expected
+        )
+    except LoadError as exc:
+        services.loads.abort(prepared)
+        return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
+    except Exception as exc:  # the client went away mid-body: the load failed and its label is free
+        services.loads.abort(prepared)
+        return load_error_result(BadRequest(f"failed to receive body: {exc}"), label=label, txn_id=prepared.txn_id)
+    receive_ms = int((time.monotonic() - received) * 1000)
+    try:
+        return await run_in_threadpool(
+            services.loads.run_csv, prepared, Path(staged.path), load_bytes=staged.size, receive_ms=receive_ms
+        )
+    finally:
+        services.loads.cleanup_staged(staged.path)
+
+
+@router.put("/api/{db}/{table}/_stream_load")
+async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> DorisLoadResponse:
+    result = await execute_stream_load(db, table, request, services)
+    if result.error_url and result.error_url.startswith("/"):
+        result = result.model_copy(update={"error_url": str(request.base_url).rstrip("/") + result.error_url})
+    return DorisLoadResponse(result)

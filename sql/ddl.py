@@ -1,0 +1,300 @@
+"""Doris CREATE TABLE → `TableDef`, with Doris's validation messages.
+
+sqlglot's doris dialect does not parse per-column aggregation types, LARGEINT, key-model clauses
+with DISTRIBUTED BY and PROPERTIES together, so this statement is read with a token cursor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot.tokens import TokenType
+
+from sql.errors import SqlError
+from sql.tokens import Cursor
+from tables.model import HIDDEN_PREFIX, ColumnDef, KeysType, TableDef
+from tables.types import DorisType, UnsupportedType
+
+AGGREGATIONS = ("SUM", "MAX", "MIN", "REPLACE", "REPLACE_IF_NOT_NULL", "HLL_UNION", "BITMAP_UNION",
+                "QUANTILE_UNION", "GENERIC")
+DEFAULT_BUCKETS = 10
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    definition: TableDef
+    if_not_exists: bool
+
+
+def _parse_type(cur: Cursor) -> DorisType:
+    name = cur.name()
+    if cur.peek() is not None and cur.peek().token_type == TokenType.LT:  # ARRAY<...>, MAP<...>
+        raise SqlError(f"Unsupported data type: {name}<...> (complex types are not supported)")
+    args: list[int] = []
+    if cur.accept_type(TokenType.L_PAREN):
+        while True:
+            tok = cur.expect_type(TokenType.NUMBER, "a number")
+            args.append(int(tok.text))
+            if not cur.accept_type(TokenType.COMMA):
+                break
+        cur.expect_type(TokenType.R_PAREN, ")")
+    try:
+        return DorisType.parse(name, args)
+    except UnsupportedType as exc:
+        raise SqlError(str(exc)) from None
+
+
+def _parse_column(cur: Cursor) -> ColumnDef:
+    name = cur.name()
+    if name.upper().startswith(HIDDEN_PREFIX):
+        raise SqlError(f"Incorrect column name '{name}'. Column name can not start with '{HIDDEN_PREFIX}'")
+    col_type = _parse_type(cur)
+    nullable: bool | None = None
+    aggregation: str | None = None
+    default: str | None = None
+    has_default = False
+    comment = ""
+    is_key = False
+    while not cur.at_end() and cur.peek().token_type not in (TokenType.COMMA, TokenType.R_PAREN):
+        if cur.accept("KEY"):
+            is_key = True
+        elif cur.word() in AGGREGATIONS:
+            aggregation = cur.next().text.upper()
+        elif cur.accept("NOT", "NULL"):
+            nullable = False
+        elif cur.accept("NULL"):
+            nullable = True
+        elif cur.accept("AUTO_INCREMENT"):
+            if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+                cur.skip_parens()
+        elif cur.accept("DEFAULT"):
+            has_default = True
+            if cur.accept("NULL"):
+                default = None
+            elif cur.word() in ("CURRENT_TIMESTAMP", "NOW"):
+                cur.next()
+                if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+                    cur.skip_parens()
+                default = "CURRENT_TIMESTAMP"
+            else:
+                negative = cur.accept_type(TokenType.DASH) is not None
+                default = ("-" if negative else "") + cur.string()
+        elif cur.accept("ON", "UPDATE"):
+            cur.next()
+            if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+                cur.skip_parens()
+        elif cur.accept("COMMENT"):
+            comment = cur.string()
+        else:
+            raise cur.error("a column attribute")
+    return ColumnDef(
+        name=name, type=col_type, nullable=True if nullable is None else nullable, aggregation=aggregation,
+        default=default, has_default=has_default, comment=comment, is_key=is_key,
+    )
+
+
+def _name_list(cur: Cursor) -> list[str]:
+    cur.expect_type(TokenType.L_PAREN, "(")
+    names = [cur.name()]
+    while cur.accept_type(TokenType.COMMA):
+        names.append(cur.name())
+    cur.expect_type(TokenType.R_PAREN, ")")
+    return names
+
+
+def _properties(cur: Cursor) -> dict[str, str]:
+    cur.expect_type(TokenType.L_PAREN, "(")
+    props: dict[str, str] = {}
+    if cur.accept_type(TokenType.R_PAREN):
+        return props
+    while True:
+        key = cur.string()
+        cur.expect_type(TokenType.EQ, "=")
+        props[key] = cur.string()
+        if not cur.accept_type(TokenType.COMMA):
+            break
+        if cur.peek() is not None and cur.peek().token_type == TokenType.R_PAREN:
+            break  # a trailing comma, as users write
+    cur.expect_type(TokenType.R_PAREN, ")")
+    return props
+
+
+def parse_create_table(text: str, current_db: str) -> CreateTable:
+    """Parse a Doris CREATE TABLE statement.
+
+    Raises:
+        SqlError: syntax errors and Doris's table validation errors.
+    """
+    cur = Cursor(text)
+    cur.expect("CREATE")
+    cur.accept("EXTERNAL")
+    cur.expect("TABLE")
+    if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+    db, name = cur.qualified_name()
+    cur.expect_type(TokenType.L_PAREN, "(")
+    columns: list[ColumnDef] = []
+    while True:
+        if cur.word() == "INDEX":
+            while cur.peek() is not None and cur.peek().token_type not in (TokenType.COMMA, TokenType.R_PAREN):
+                if cur.peek().token_type == TokenType.L_PAREN:
+                    cur.skip_parens()
+                else:
+                    cur.next()
+        else:
+            columns.append(_parse_column(cur))
+        if not cur.accept_type(TokenType.COMMA):
+            break
+        if cur.peek() is not None and cur.peek().token_type == TokenType.R_PAREN:
+            break  # trailing comma after the last column (the seed's second CREATE has one)
+    cur.expect_type(TokenType.R_PAREN, ")")
+
+    keys_type: KeysType | None = None
+    key_names: list[str] = []
+    bucket_cols: list[str] = []
+    buckets = DEFAULT_BUCKETS
+    comment = ""
+    props: dict[str, str] = {}
+    while not cur.at_end():
+        if cur.accept("ENGINE"):
+            cur.expect_type(TokenType.EQ, "=")
+            engine = cur.name()
+            if engine.upper() != "OLAP":
+                raise SqlError(f"Unsupported engine: {engine}")
+        elif cur.word() in ("UNIQUE", "DUPLICATE", "AGGREGATE") and cur.word(1) == "KEY":
+            keys_type = {"UNIQUE": KeysType.UNIQUE, "DUPLICATE": KeysType.DUPLICATE,
+                         "AGGREGATE": KeysType.AGGREGATE}[cur.next().text.upper()]
+            cur.expect("KEY")
+            key_names = _name_list(cur)
+        elif cur.accept("CLUSTER", "BY"):
+            _name_list(cur)
+        elif cur.accept("COMMENT"):
+            comment = cur.string()
+        elif cur.accept("PARTITION", "BY"):
+            raise SqlError("Partitioned tables are not supported yet")
+        elif cur.accept("AUTO", "PARTITION", "BY"):
+            raise SqlError("Partitioned tables are not supported yet")
+        elif cur.accept("DISTRIBUTED", "BY"):
+            if cur.accept("HASH"):
+                bucket_cols = _name_list(cur)
+            else:
+                cur.expect("RANDOM")
+            if cur.accept("BUCKETS"):
+                if not cur.accept("AUTO"):
+                    buckets = int(cur.expect_type(TokenType.NUMBER, "a bucket count").text)
+        elif cur.accept("ROLLUP"):
+            cur.skip_parens()
+        elif cur.accept("PROPERTIES"):
+            props = _properties(cur)
+        else:
+            raise cur.error("a table clause")
+    return CreateTable(
+        definition=build_table_def(
+            db=db or current_db, name=name, columns=columns, keys_type=keys_type, key_names=key_names,
+            bucket_cols=bucket_cols, buckets=buckets, comment=comment, props=props,
+        ),
+        if_not_exists=if_not_exists,
+    )
+
+
+def _bool_prop(props: dict[str, str], key: str, default: bool) -> bool:
+    value = props.get(key)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise SqlError(f"Invalid value for property {key}: {value}, must be true or false")
+    return value.lower() == "true"
+
+
+def build_table_def(
+    *, db: str, name: str, columns: list[ColumnDef], keys_type: KeysType | None, key_names: list[str],
+    bucket_cols: list[str], buckets: int, comment: str, props: dict[str, str],
+) -> TableDef:
+    """Apply Doris's CREATE TABLE rules and build the definition.
+
+    Raises:
+        SqlError: with Doris's message for the rule broken.
+    """
+    by_name = {c.name.lower(): c for c in columns}
+    if len(by_name) != len(columns):
+        raise SqlError("Duplicate column name")
+    if keys_type is None:
+        keys_type = KeysType.DUPLICATE
+        key_names = [c.name for c in columns[: min(3, len(columns))]] if not key_names else key_names
+    for k in key_names:
+        if k.lower() not in by_name:
+            raise SqlError(f"Key column[{k}] doesn't exist.")
+    for i, k in enumerate(key_names):
+        if i >= len(columns) or columns[i].name.lower() != k.lower():
+            found = columns[i].name if i < len(columns) else "nothing"
+            raise SqlError(
+                f"Key columns should be a ordered prefix of the schema. KeyColumns[{i}] (starts from zero) is {k}, "
+                f"but corresponding column is {found} in the previous columns declaration."
+            )
+    keyset = {k.lower() for k in key_names}
+    fixed: list[ColumnDef] = []
+    for col in columns:
+        is_key = col.name.lower() in keyset
+        if is_key and col.aggregation:
+            raise SqlError(f"Key column {col.name} can not set aggregation type")
+        if is_key and col.type.name in ("FLOAT", "DOUBLE"):
+            raise SqlError(f"Float or double can not used as a key, use decimal instead. column: {col.name}")
+        aggregation = col.aggregation
+        if not is_key:
+            if keys_type is KeysType.UNIQUE and aggregation:
+                raise SqlError(f"UNIQUE_KEYS table should not specify aggregate type for non-key column[{col.name}]")
+            if keys_type is KeysType.DUPLICATE and aggregation:
+                raise SqlError(f"DUP_KEYS table should not specify aggregate type for non-key column[{col.name}]")
+            if keys_type is KeysType.AGGREGATE and not aggregation:
+                raise SqlError(f"AGG_KEYS table should specify aggregate type for non-key column[{col.name}]")
+            if keys_type is KeysType.UNIQUE:
+                aggregation = "REPLACE"
+        fixed.append(col.model_copy(update={"is_key": is_key, "aggregation": aggregation}))
+    if keys_type is KeysType.AGGREGATE:
+        raise SqlError("AGGREGATE KEY tables are not supported yet")
+    for b in bucket_cols:
+        if b.lower() not in by_name:
+            raise SqlError(f"Distribution column[{b}] is not found")
+        if keys_type is not KeysType.DUPLICATE and b.lower() not in keyset:
+            raise SqlError(f"Distribution column[{b}] is not key column")
+    if buckets < 1:
+        raise SqlError("Number of hash distribution should be greater than zero.")
+    if any(k.startswith("sequence_mapping.") for k in props):
+        raise SqlError("sequence mapping is not supported yet")
+
+    merge_on_write = keys_type is KeysType.UNIQUE and _bool_prop(props, "enable_unique_key_merge_on_write", True)
+    seq_col = props.get("function_column.sequence_col")
+    seq_type_raw = props.get("function_column.sequence_type")
+    seq_type: DorisType | None = None
+    if seq_col or seq_type_raw:
+        if keys_type is not KeysType.UNIQUE:
+            raise SqlError("sequence column only support UNIQUE_KEYS")
+    if seq_col:
+        mapped = by_name.get(seq_col.lower())
+        if mapped is None:
+            raise SqlError(f"The specified sequence column[{seq_col}] not exists")
+        if mapped.name.lower() in keyset:
+            raise SqlError(f"Sequence column[{seq_col}] can not be a key column")
+        if not mapped.type.can_be_sequence:
+            raise SqlError("Sequence type only support integer types and date types")
+        seq_col = mapped.name
+    elif seq_type_raw:
+        try:
+            seq_type = DorisType.parse(*_split_type(seq_type_raw))
+        except UnsupportedType:
+            raise SqlError(f"Unsupported data type: {seq_type_raw}") from None
+        if not seq_type.can_be_sequence:
+            raise SqlError("Sequence type only support integer types and date types")
+    return TableDef(
+        db=db, name=name, keys_type=keys_type, columns=tuple(fixed), key_columns=tuple(c.name for c in fixed if c.is_key),
+        bucket_columns=tuple(by_name[b.lower()].name for b in bucket_cols), buckets=buckets,
+        sequence_col=seq_col, sequence_type=seq_type, merge_on_write=merge_on_write,
+        delete_sign=keys_type is KeysType.UNIQUE, comment=comment, properties=props,
+    )
+
+
+def _split_type(text: str) -> tuple[str, list[int]]:
+    text = text.strip()
+    if "(" in text and text.endswith(")"):
+        base, args = text[:-1].split("(", 1)
+        return base.strip(), [int(a) for a in args.split(",") if a.strip()]
+    return text, []

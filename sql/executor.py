@@ -1,0 +1,240 @@
+"""Runs Doris SQL statements: DDL and SHOW against the catalog, INSERT through loads, SELECT on Spark."""
+
+from __future__ import annotations
+
+import time
+
+import sqlglot
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from sqlglot import exp
+
+from loaders.errors import LoadError
+from spark_runner.queries import collect_result
+from spark_runner.service import LoadService
+from sql.ddl import parse_create_table
+from sql.errors import SqlError
+from sql.insert import insert_request, insert_target, values_rows
+from sql.results import ExecStatus, ResultSet, StatementResult
+from sql.select import drop_views, parse_query, run_query
+from sql.session import Session
+from sql.tokens import Cursor, split_statements
+from tables.catalog import Catalog
+from tables.commit import TableWriter
+from tables.errors import DorisError
+from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType, TableDef
+
+BUILTIN_DATABASES = ("information_schema", "mysql")
+
+
+class SqlExecutor:
+    """One executor per server; a `Session` carries the per-request (or per-connection) state."""
+
+    def __init__(
+        self, *, spark: SparkSession, catalog: Catalog, loads: LoadService, writer: TableWriter, row_limit: int = 1000
+    ) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self.loads = loads
+        self.writer = writer
+        self.row_limit = row_limit
+
+    def execute_script(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
+        """Run `;`-separated statements in order; the reply is the last statement's.
+
+        Raises:
+            SqlError: the first failing statement's error (earlier statements stay applied).
+        """
+        statements = split_statements(text)
+        if not statements:
+            raise SqlError("Missing statement")
+        result: StatementResult = ExecStatus()
+        for stmt in statements:
+            result = self.execute(stmt, session, limit=limit)
+        return result
+
+    def execute(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
+        started = time.monotonic()
+        try:
+            result = self._dispatch(text, session, limit)
+        except DorisError as exc:
+            raise SqlError(exc.message) from None
+        except LoadError as exc:
+            raise SqlError(exc.text) from None
+        except PySparkException as exc:
+            raise SqlError(str(exc).strip().splitlines()[0]) from None
+        ms = int((time.monotonic() - started) * 1000)
+        if isinstance(result, ExecStatus):
+            return ExecStatus(affected_rows=result.affected_rows, time_ms=ms, info=result.info)
+        return ResultSet(columns=result.columns, rows=result.rows, time_ms=ms)
+
+    # -- dispatch -------------------------------------------------------------------------
+    def _dispatch(self, text: str, session: Session, limit: int | None) -> StatementResult:
+        cur = Cursor(text)
+        first, second = cur.word(), cur.word(1)
+        if first == "CREATE" and second in ("DATABASE", "SCHEMA"):
+            cur.i = 2
+            if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+            self.catalog.create_database(cur.name(), if_not_exists=if_not_exists)
+            return ExecStatus()
+        if first == "CREATE" and second in ("TABLE", "EXTERNAL"):
+            create = parse_create_table(text, session.db)
+            self.catalog.create_table(create.definition, if_not_exists=create.if_not_exists)
+            return ExecStatus()
+        if first == "DROP" and second in ("DATABASE", "SCHEMA"):
+            cur.i = 2
+            if_exists = cur.accept("IF", "EXISTS")
+            self.catalog.drop_database(cur.name(), if_exists=if_exists)
+            return ExecStatus()
+        if first == "DROP" and second == "TABLE":
+            cur.i = 2
+            if_exists = cur.accept("IF", "EXISTS")
+            db, name = cur.qualified_name()
+            self.catalog.drop_table(db or session.db, name, if_exists=if_exists)
+            return ExecStatus()
+        if first == "TRUNCATE":
+            cur.i = 1
+            cur.accept("TABLE")
+            db, name = cur.qualified_name()
+            handle = self.catalog.load(db or session.db, name)
+            self.writer.truncate(handle.definition.db, handle.definition.name)
+            return ExecStatus()
+        if first == "SHOW":
+            return self._show(cur, session)
+        if first in ("DESC", "DESCRIBE"):
+            cur.i = 1
+            db, name = cur.qualified_name()
+            return self._describe(self.catalog.load(db or session.db, name).definition, session)
+        if first == "USE":
+            cur.i = 1
+            db = cur.name()
+            self.catalog.require_database(db)
+            session.db = db
+            return ExecStatus()
+        if first == "SET":
+            return self._set(text, session)
+        if first == "INSERT":
+            return self._insert(text, session)
+        if first in ("SELECT", "WITH", "(") or text.lstrip().startswith("("):
+            return self._select(text, session, limit)
+        if first in ("UPDATE", "DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
+            raise SqlError(f"{first} statements are not supported by this server yet")
+        raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
+
+    # -- statements -----------------------------------------------------------------------
+    def _show(self, cur: Cursor, session: Session) -> StatementResult:
+        cur.i = 1
+        if cur.accept("DATABASES") or cur.accept("SCHEMAS"):
+            names = list(BUILTIN_DATABASES) + self.catalog.list_databases()
+            return ResultSet(columns=[("Database", "VARCHAR")], rows=[[n] for n in sorted(set(names))])
+        cur.accept("FULL")
+        if cur.accept("TABLES"):
+            db = session.db
+            if cur.accept("FROM") or cur.accept("IN"):
+                db = cur.name()
+            return ResultSet(
+                columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)]
+            )
+        raise SqlError("This SHOW statement is not supported by this server yet")
+
+    def _describe(self, table: TableDef, session: Session) -> ResultSet:
+        show_hidden = session.flag("show_hidden_columns")
+        cols = list(table.columns)
+        if show_hidden:
+            hidden = {c.name: c for c in table.hidden_columns()}
+            # DESC lists hidden columns as delete sign, sequence, version (contract §6.1)
+            cols += [hidden[n] for n in (DELETE_SIGN, SEQUENCE_COL, VERSION_COL) if n in hidden]
+        rows = []
+        for c in cols:
+            if c.is_key:
+                extra = ""
+            elif table.keys_type is KeysType.UNIQUE:
+                extra = "NONE" if table.merge_on_write else "REPLACE"
+            elif table.keys_type is KeysType.AGGREGATE:
+                extra = c.aggregation or ""
+            else:
+                extra = "NONE"
+            rows.append([c.name, c.type.sql(), "Yes" if c.nullable else "No", "true" if c.is_key else "false",
+                         c.default if c.has_default else None, extra])
+        names = ("Field", "Type", "Null", "Key", "Default", "Extra")
+        return ResultSet(columns=[(n, "VARCHAR") for n in names], rows=rows)
+
+    def _set(self, text: str, session: Session) -> StatementResult:
+        tree = sqlglot.parse_one(text, dialect="doris")
+        if not isinstance(tree, exp.Set):
+            raise SqlError("Syntax error in SET")
+        for item in tree.expressions:
+            assignment = item.this
+            if not isinstance(assignment, exp.EQ):
+                raise SqlError(f"Syntax error in SET: {item.sql(dialect='doris')}")
+            name = assignment.this.sql(dialect="doris").strip("`")
+            value_node = assignment.expression
+            if isinstance(value_node, exp.Literal):
+                value = str(value_node.this)
+            elif isinstance(value_node, exp.Boolean):
+                value = "true" if value_node.this else "false"
+            else:
+                value = value_node.sql(dialect="doris").strip("'\"`")
+            session.set(name, value)
+        return ExecStatus()
+
+    def _insert(self, text: str, session: Session) -> StatementResult:
+        tree = parse_query(text)
+        if not isinstance(tree, exp.Insert):
+            raise SqlError("Syntax error in INSERT")
+        table_node, columns = insert_target(tree)
+        handle = self.catalog.load(table_node.db or session.db, table_node.name)
+        table = handle.definition
+        if (
+            columns is not None and session.flag("enable_unique_key_partial_update")
+            and table.is_unique and table.merge_on_write
+        ):
+            raise SqlError("partial column update is not supported by this server yet")
+        rows = values_rows(tree, self.spark)
+        request = insert_request(
+            db=table.db, table=table.name, columns=columns, strict=session.flag("enable_insert_strict")
+        )
+        width = len(columns) if columns is not None else len(table.columns)
+        if rows is not None:
+            if any(len(r) != width for r in rows):
+                raise SqlError("Column count doesn't match value count")
+            prepared = self.loads.prepare(request)
+            result = self.loads.run_rows(prepared, rows)
+        else:
+            frame, views = run_query(
+                self.spark, self.catalog, tree.expression, db=session.db,
+                show_hidden=session.flag("show_hidden_columns"),
+            )
+            try:
+                if len(frame.columns) != width:
+                    raise SqlError("Column count doesn't match value count")
+                prepared = self.loads.prepare(request)
+                result = self.loads.run_frame(prepared, frame)
+            finally:
+                drop_views(self.spark, views)
+        if result.status != "Success":
+            if result.number_filtered_rows:
+                raise SqlError(f"Insert has filtered data in strict mode. url: {result.error_url or ''}".strip())
+            raise SqlError(_strip_code(result.message))
+        return ExecStatus(affected_rows=result.number_loaded_rows, info={"label": result.label, "txnId": result.txn_id})
+
+    def _select(self, text: str, session: Session, limit: int | None) -> StatementResult:
+        tree = parse_query(text)
+        frame, views = run_query(
+            self.spark, self.catalog, tree, db=session.db, show_hidden=session.flag("show_hidden_columns")
+        )
+        try:
+            result = collect_result(frame, limit=limit if limit is not None else self.row_limit)
+        except Exception as exc:
+            raise SqlError(str(exc).strip().splitlines()[0]) from None
+        finally:
+            drop_views(self.spark, views)
+        return ResultSet(columns=result.columns, rows=result.rows)
+
+
+def _strip_code(message: str) -> str:
+    """`[CODE]TStatus: errCode = 2, detailMessage = x` → `x`; `[CODE]x` → `x`."""
+    if message.startswith("[") and "]" in message:
+        message = message.split("]", 1)[1]
+    marker = "detailMessage = "
+    return message.split(marker, 1)[1] if marker in message else message

@@ -1,0 +1,129 @@
+"""A small token cursor over sqlglot's tokenizer, for the Doris statements sqlglot cannot parse."""
+
+from __future__ import annotations
+
+from sqlglot.dialects.doris import Doris
+from sqlglot.tokens import Token, TokenType
+
+from sql.errors import SqlError
+
+_TOKENIZER = Doris().tokenizer_class()
+
+
+def tokenize(text: str) -> list[Token]:
+    try:
+        return list(_TOKENIZER.tokenize(text))
+    except Exception as exc:  # sqlglot raises TokenError for unterminated strings and the like
+        raise SqlError(f"Syntax error: {exc}") from None
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a request into statements on top-level semicolons (strings and comments respected)."""
+    tokens = tokenize(text)
+    out: list[str] = []
+    start = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            piece = text[start:tok.start].strip()
+            if piece:
+                out.append(piece)
+            start = tok.end + 1
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+class Cursor:
+    """Reads tokens one by one with keyword helpers; errors name what was expected and where."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.i = 0
+
+    def peek(self, offset: int = 0) -> Token | None:
+        j = self.i + offset
+        return self.tokens[j] if j < len(self.tokens) else None
+
+    def at_end(self) -> bool:
+        return self.i >= len(self.tokens)
+
+    def word(self, offset: int = 0) -> str:
+        tok = self.peek(offset)
+        if tok is None or tok.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
+            return ""
+        return tok.text.upper()
+
+    def next(self) -> Token:
+        tok = self.peek()
+        if tok is None:
+            raise SqlError("Syntax error: unexpected end of statement")
+        self.i += 1
+        return tok
+
+    def accept(self, *words: str) -> bool:
+        """Consume the keywords if they all come next."""
+        for k, w in enumerate(words):
+            if self.word(k) != w:
+                return False
+        self.i += len(words)
+        return True
+
+    def expect(self, *words: str) -> None:
+        if not self.accept(*words):
+            raise self.error(" ".join(words))
+
+    def accept_type(self, token_type: TokenType) -> Token | None:
+        tok = self.peek()
+        if tok is not None and tok.token_type == token_type:
+            self.i += 1
+            return tok
+        return None
+
+    def expect_type(self, token_type: TokenType, what: str) -> Token:
+        tok = self.accept_type(token_type)
+        if tok is None:
+            raise self.error(what)
+        return tok
+
+    def name(self) -> str:
+        tok = self.next()
+        if tok.token_type == TokenType.STRING or tok.token_type in (
+            TokenType.L_PAREN, TokenType.R_PAREN, TokenType.COMMA, TokenType.EQ
+        ):
+            self.i -= 1
+            raise self.error("a name")
+        return tok.text
+
+    def string(self) -> str:
+        tok = self.next()
+        if tok.token_type not in (TokenType.STRING, TokenType.NUMBER, TokenType.IDENTIFIER):
+            if tok.token_type == TokenType.NULL:
+                return "NULL"
+            self.i -= 1
+            raise self.error("a string")
+        return tok.text
+
+    def qualified_name(self) -> tuple[str | None, str]:
+        first = self.name()
+        if self.accept_type(TokenType.DOT):
+            return first, self.name()
+        return None, first
+
+    def skip_parens(self) -> None:
+        """Skip a balanced parenthesised group (clauses we accept and ignore)."""
+        self.expect_type(TokenType.L_PAREN, "(")
+        depth = 1
+        while depth:
+            tok = self.next()
+            if tok.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif tok.token_type == TokenType.R_PAREN:
+                depth -= 1
+
+    def error(self, expected: str) -> SqlError:
+        tok = self.peek()
+        if tok is None:
+            return SqlError(f"Syntax error: expected {expected} at end of statement")
+        return SqlError(f"Syntax error at line {tok.line}, column {tok.col}: expected {expected}, found '{tok.text}'")
