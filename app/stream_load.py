@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tables.errors import DorisError
 from tables.load_spec import LoadResult
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 
 def check_body_framing(request: Request) -> int | None:
@@ -49,6 +51,9 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         label = load.label
         prepared = await run_in_threadpool(services.loads.prepare, load)
     except (LoadError, DorisError) as exc:
+        return load_error_result(exc, label=label, comment=comment)
+    except Exception as exc:  # a bug, not the user's fault: still a Doris-shaped Fail
+        log.exception("stream load planning failed")
         return load_error_result(exc, label=label, comment=comment)
     staging = services.settings.resolved_data_dir / "staging" / f"txn_{prepared.txn_id}.dat"
     received = time.monotonic()

@@ -24,7 +24,6 @@ from spark_runner.planning import LoadPlan
 from spark_runner.types import convert, default_value, storage_type, value_type
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
-from tables.types import INTEGER_RANGES
 
 POS = "__pos"
 LINE = "__line"
@@ -208,20 +207,9 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
     return out
 
 
-def _range_checks(df: DataFrame, plan: LoadPlan) -> DataFrame:
-    """LARGEINT has no Spark integer type: values outside its range do not convert."""
-    out = df
-    for target in plan.targets:
-        if target.column.type.name == "LARGEINT":
-            lo, hi = INTEGER_RANGES["LARGEINT"]
-            name = target.column.name
-            out = out.withColumn(name, F.when(F.col(name).between(lo, hi), F.col(name)))
-    return out
-
-
 def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:
     """All per-row steps, before counting and dedup."""
-    return mark_flags(_range_checks(convert_targets(map_columns(source, plan), plan), plan), plan)
+    return mark_flags(convert_targets(map_columns(source, plan), plan), plan)
 
 
 def storage_columns(plan: LoadPlan, field_ids: dict[str, int], version: int) -> list[Column]:

@@ -102,7 +102,10 @@ class LoadService:
                 rowset.files = outcome.files
                 commit_started = time.monotonic()
             commit_ms = int((time.monotonic() - commit_started) * 1000)
-        except LoadError as exc:
+        except Exception as exc:
+            if not isinstance(exc, LoadError):
+                log.exception("load %s failed", req.label)
+                exc = LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             counts = outcome.counts if outcome else LoadCounts()
             error_url = getattr(exc, "error_url", None)
             return LoadResult(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import sqlglot
@@ -23,6 +24,8 @@ from tables.catalog import Catalog
 from tables.commit import TableWriter
 from tables.errors import DorisError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType, TableDef
+
+log = logging.getLogger(__name__)
 
 BUILTIN_DATABASES = ("information_schema", "mysql")
 
@@ -63,6 +66,11 @@ class SqlExecutor:
             raise SqlError(exc.text) from None
         except PySparkException as exc:
             raise SqlError(str(exc).strip().splitlines()[0]) from None
+        except SqlError:
+            raise
+        except Exception as exc:  # translate anything unexpected into the FE's error shape, keep the trace in logs
+            log.exception("statement failed: %s", text[:200])
+            raise SqlError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
         ms = int((time.monotonic() - started) * 1000)
         if isinstance(result, ExecStatus):
             return ExecStatus(affected_rows=result.affected_rows, time_ms=ms, info=result.info)

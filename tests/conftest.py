@@ -1,0 +1,91 @@
+"""Shared fixtures: one SparkSession per run, one real server on a free loopback port, a database per test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DorisClient
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No SL_* or PYICEBERG_* setting of the developer's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith(("SL_", "PYICEBERG_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path_factory.getbasetemp() / "pyiceberg-home"))
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from spark_runner.session import build_session
+
+    session = build_session(
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+        app_name="tests",
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from app.settings import Settings
+
+    return Settings(data_dir=tmp_path_factory.mktemp("server-data"))
+
+
+@pytest.fixture(scope="session")
+def base_url(spark, server_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A real uvicorn serving the app on 127.0.0.1:<free port>, sharing the test run's SparkSession."""
+    import uvicorn
+
+    from app.main import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(server_settings, spark=spark), log_level="warning")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def doris(base_url: str) -> DorisClient:
+    return DorisClient(base_url)
+
+
+@pytest.fixture
+def db(doris: DorisClient) -> str:
+    """A fresh database for one test."""
+    name = f"db_{uuid.uuid4().hex[:12]}"
+    doris.sql(name, f"CREATE DATABASE {name}")
+    return name
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pyspark emits DeprecationWarnings from its own modules on import; ours must stay clean
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="pyspark")

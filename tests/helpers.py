@@ -1,0 +1,81 @@
+"""Helpers every HTTP test uses: SQL over HTTP, stream loads, and the Doris reply assertion."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import httpx
+
+DORIS_LOAD_KEYS = [
+    "TxnId", "Label", "Comment", "TwoPhaseCommit", "Status", "Message", "NumberTotalRows", "NumberLoadedRows",
+    "NumberFilteredRows", "NumberUnselectedRows", "LoadBytes", "LoadTimeMs", "BeginTxnTimeMs",
+    "StreamLoadPutTimeMs", "ReadDataTimeMs", "WriteDataTimeMs", "ReceiveDataTimeMs", "CommitAndPublishTimeMs",
+]
+AUTH = ("root", "")
+
+
+def assert_doris_result(
+    resp: httpx.Response | dict[str, Any], *, status: str = "Success", message_contains: str | None = None,
+    **counts: int,
+) -> dict[str, Any]:
+    """Check a stream-load reply: HTTP 200, Doris's keys, the Status, an optional Message part, row counts."""
+    if isinstance(resp, httpx.Response):
+        assert resp.status_code == 200, resp.text
+        assert resp.reason_phrase == "OK"
+        body: dict[str, Any] = resp.json()
+    else:
+        body = resp
+    for key in DORIS_LOAD_KEYS:
+        assert key in body, f"missing {key} in {body}"
+    assert body["Status"] == status, body
+    if message_contains is not None:
+        assert message_contains in body["Message"], body
+    names = {"total": "NumberTotalRows", "loaded": "NumberLoadedRows", "filtered": "NumberFilteredRows",
+             "unselected": "NumberUnselectedRows"}
+    for short, value in counts.items():
+        assert body[names[short]] == value, f"{names[short]}: {body}"
+    return body
+
+
+class DorisClient:
+    """A thin client for one server: SQL statements and stream loads, as a Doris user sends them."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.http = httpx.Client(base_url=base_url, auth=AUTH, timeout=120)
+
+    def sql_raw(self, db: str, stmt: str) -> dict[str, Any]:
+        resp = self.http.post(f"/api/query/default_cluster/{db}", json={"stmt": stmt})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def sql(self, db: str, stmt: str) -> dict[str, Any]:
+        """Run statements that must succeed; returns the `data` of the reply."""
+        body = self.sql_raw(db, stmt)
+        assert body["code"] == 0, body
+        return body["data"]
+
+    def rows(self, db: str, stmt: str) -> list[list[Any]]:
+        return self.sql(db, stmt)["data"]
+
+    def sql_error(self, db: str, stmt: str) -> str:
+        body = self.sql_raw(db, stmt)
+        assert body["code"] == 1 and body["msg"] == "Error", body
+        return str(body["data"])
+
+    def stream_load(self, db: str, table: str, data: bytes | str, headers: dict[str, str] | None = None,
+                    **kwargs: Any) -> httpx.Response:
+        content = data.encode() if isinstance(data, str) else data
+        return self.http.put(f"/api/{db}/{table}/_stream_load", content=content, headers=headers or {}, **kwargs)
+
+    def curl_load(self, db: str, table: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
+        """Load a file the way the Doris docs do: `curl --location-trusted -u root: -H ... -T file`."""
+        import json
+
+        cmd = ["curl", "-sS", "--location-trusted", "-u", "root:"]
+        for name, value in headers.items():
+            cmd += ["-H", f"{name}: {value}"]
+        cmd += ["-T", path, f"{self.base_url}/api/{db}/{table}/_stream_load"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
+        return json.loads(out.stdout)
