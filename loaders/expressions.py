@@ -38,6 +38,9 @@ ALLOWED_FUNCTIONS = frozenset(
         "year", "month", "day", "dayofmonth", "hour", "minute", "second", "quarter", "week", "weekofyear",
         "dayofweek", "dayofyear", "date_add", "dateadd", "date_sub", "datesub", "datediff", "datetrunc",
         "date_trunc", "timestamp_trunc", "timestamptrunc", "days_add", "days_sub",
+        # sqlglot's own names for the Doris spellings above
+        "trunc", "pad", "str_position", "sha", "ts_or_ds_to_date", "ts_or_ds_to_timestamp", "time_to_str",
+        "str_to_time", "unix_to_time", "day_of_month", "week_of_year", "day_of_week", "day_of_year",
     }
 )
 
@@ -61,14 +64,12 @@ def check_allowed(tree: exp.Expression, *, header: str, text: str) -> None:
             raise BadExpression(
                 f"aggregate function {_function_name(node)} is not allowed in {header}: '{text}'"
             )
-        if isinstance(node, exp.Func) and not isinstance(node, (exp.Case, exp.If, exp.Cast, exp.TryCast)):
+        if isinstance(node, ALLOWED_NODES):
+            continue  # operators (AND/OR are Func subclasses in sqlglot) and casts
+        if isinstance(node, exp.Func):
             name = _function_name(node)
             if name not in ALLOWED_FUNCTIONS:
                 raise BadExpression(f"function {name} {DENIED_HINT} ({header}: '{text}')")
-            continue
-        if isinstance(node, (exp.Case, exp.If, exp.Cast, exp.TryCast)) or isinstance(node, ALLOWED_NODES):
-            continue
-        if isinstance(node, exp.Func):
             continue
         raise BadExpression(
             f"'{node.sql(dialect='doris')}' ({type(node).__name__}) {DENIED_HINT} ({header}: '{text}')"
@@ -76,15 +77,16 @@ def check_allowed(tree: exp.Expression, *, header: str, text: str) -> None:
 
 
 def _parse(text: str, *, header: str) -> exp.Expression:
+    # Parsed as a one-item SELECT list: a leading REPLACE(...) would otherwise read as a statement.
     try:
-        tree = sqlglot.parse_one(text, dialect="doris", into=exp.Condition)
+        select = sqlglot.parse_one(f"SELECT {text}", dialect="doris")
     except ParseError as exc:
         detail = exc.errors[0] if exc.errors else {}
-        where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
-        raise BadExpression(f"failed to parse {header} '{text}'{where}: {detail.get('description', exc)}") from None
-    if tree is None:
-        raise BadExpression(f"empty expression in {header}")
-    return tree
+        raise BadExpression(f"failed to parse {header} '{text}': {detail.get('description', exc)}") from None
+    clauses = ("from_", "where", "group", "having", "order", "limit")
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1 or any(select.args.get(c) for c in clauses):
+        raise BadExpression(f"failed to parse {header} '{text}': expected one expression")
+    return select.expressions[0]
 
 
 def _to_expr(tree: exp.Expression, *, header: str, text: str) -> Expr:

@@ -141,7 +141,7 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
             raw = F.lit(None)
         else:
             raw = F.col(target.source)
-            value = convert(raw, col.type)
+            value = convert(raw, col.type, from_text=target.source in plan.source_fields)
         selects.append(value.alias(col.name))
         reasons.append(_reason_for(col.name, raw, value, plan, col.type, col.nullable))
     # names of the load that are not table columns stay visible to `where` / `delete`
@@ -202,7 +202,7 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
         elif any(t.column.name == source for t in plan.targets):
             seq = F.col(source)
         else:
-            seq = convert(F.col(source), seq_type)
+            seq = convert(F.col(source), seq_type, from_text=source in plan.source_fields)
         out = out.withColumn(SEQ, seq)
     return out
 

@@ -26,6 +26,10 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.sources.partitionOverwriteMode": "static",
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # A load's counts come from an observation of its write; AQE must not drop the observed stage
+    # when every row was filtered (the metrics would be lost and Observation.get fails).
+    "spark.sql.adaptive.optimizer.excludedRules":
+        "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation",
 }
 
 

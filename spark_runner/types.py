@@ -49,8 +49,11 @@ def storage_schema(columns: list[tuple[ColumnDef, int]]) -> T.StructType:
     )
 
 
-def convert(value: Column, t: DorisType) -> Column:
-    """Convert a loaded value to the column type; NULL when it does not convert (Doris non-strict rule)."""
+def convert(value: Column, t: DorisType, *, from_text: bool = True) -> Column:
+    """Convert a loaded value to the column type; NULL when it does not convert (Doris non-strict rule).
+
+    `from_text` says the value is a field of the payload (a string), not the result of an expression.
+    """
     if t.name in ("CHAR", "VARCHAR", "STRING"):
         return value.cast(T.StringType())
     if t.name == "BOOLEAN":
@@ -58,7 +61,7 @@ def convert(value: Column, t: DorisType) -> Column:
         return F.when(text.isin("true", "1"), F.lit(True)).when(text.isin("false", "0"), F.lit(False)).otherwise(
             F.lit(None).cast(T.BooleanType())
         )
-    if t.is_integer and t.name != "LARGEINT":
+    if t.is_integer and t.name != "LARGEINT" and from_text:
         # Doris rejects fractional text for integer columns instead of truncating it.
         as_text = value.cast(T.StringType())
         converted = value.try_cast(value_type(t))
