@@ -25,9 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     from app.main import create_app
     from app.settings import Settings
 
+    from app.lifecycle import DrainingServer
+
     overrides = {k: v for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items() if v}
     settings = Settings(**overrides)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    DrainingServer(config, app.state.gate, settings.shutdown_timeout_seconds).run()
     return 0
 
 

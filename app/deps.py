@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.lifecycle import LoadGate
 from app.settings import Settings
 from spark_runner.service import LoadService
 from sql.executor import SqlExecutor
 from tables.catalog import Catalog
+from tables.pause import PausePoints
 from tables.transactions import TransactionStore
 
 
@@ -21,6 +23,8 @@ class Services:
     txns: TransactionStore
     loads: LoadService
     sql: SqlExecutor
+    pauses: PausePoints = field(default_factory=PausePoints)
+    gate: LoadGate = field(default_factory=LoadGate)
 
 
 def get_services(request: Request) -> Services:

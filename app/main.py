@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -12,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app import admin, query, stream_load
 from app.deps import Services
+from app.lifecycle import LoadGate
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -27,6 +30,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
+    from tables.pause import PausePoints
     from tables.transactions import TransactionStore
 
     data_dir = settings.resolved_data_dir
@@ -38,10 +42,30 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     visible, aborted = recover_prepared(catalog, txns)
     if visible or aborted:
         log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
-    writer = TableWriter(catalog, txns)
+    # nothing is in flight at start-up: every staged body belongs to a load that did not finish
+    shutil.rmtree(data_dir / "staging", ignore_errors=True)
+    writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
     executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
-    return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor)
+    return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+
+
+async def maintenance_loop(services: Services) -> None:
+    """Forget old labels, expire snapshots and remove orphan files, every interval."""
+    from tables.maintenance import run_maintenance
+
+    settings = services.settings
+    while True:
+        await asyncio.sleep(settings.maintenance_interval_seconds)
+        try:
+            report = await run_in_threadpool(
+                run_maintenance, services.catalog, services.txns,
+                staging=settings.resolved_data_dir / "staging", grace_seconds=settings.orphan_grace_seconds,
+                snapshot_keep_seconds=settings.snapshot_keep_seconds,
+            )
+            log.info("maintenance: %s", report)
+        except Exception:  # housekeeping must never take the server down
+            log.exception("maintenance pass failed")
 
 
 def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAPI:
@@ -51,10 +75,13 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await run_in_threadpool(build_services, settings, spark)
+        services.gate = app.state.gate
         app.state.services = services
+        task = asyncio.create_task(maintenance_loop(services))
         try:
             yield
         finally:
+            task.cancel()
             services.txns.close()
 
     app = FastAPI(
@@ -63,6 +90,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         lifespan=lifespan,
         description="Apache Doris stream-load and HTTP SQL interfaces, with the data pipeline on Apache Spark.",
     )
+    app.state.gate = LoadGate()
     app.include_router(stream_load.router)
     app.include_router(query.router)
     app.include_router(admin.router)

@@ -25,6 +25,17 @@ class Settings(BaseSettings):
     label_keep_seconds: float = Field(43200.0, description="How long finished labels are kept (12 h, as Doris).")
     sql_row_limit: int = Field(1000, description="Default row limit of the HTTP SQL endpoint.")
     log_level: str = Field("info", description="Server log level.")
+    maintenance_interval_seconds: float = Field(
+        300.0, description="How often labels are forgotten, snapshots expired and orphan files removed."
+    )
+    orphan_grace_seconds: float = Field(3600.0, description="Unreferenced files younger than this are kept.")
+    snapshot_keep_seconds: float = Field(3600.0, description="Iceberg snapshots older than this are expired.")
+    shutdown_timeout_seconds: float = Field(
+        60.0, description="On SIGTERM, how long loads already receiving data may take to finish."
+    )
+    pause_at: str | None = Field(
+        None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
+    )
 
     @property
     def resolved_data_dir(self) -> Path:

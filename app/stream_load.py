@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -12,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from app.auth import check_basic_auth
 from app.deps import Services, ServicesDep
 from app.responses import DorisLoadResponse, load_error_result
-from loaders.errors import BadRequest, LoadError
+from loaders.errors import BadRequest, LoadError, ServiceUnavailable
 from loaders.headers import parse_load_request
 from loaders.staging import stage_payload
 from tables.errors import DorisError
@@ -57,10 +58,17 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         return load_error_result(exc, label=label, comment=comment)
     staging = services.settings.resolved_data_dir / "staging" / f"txn_{prepared.txn_id}.dat"
     received = time.monotonic()
+
+    async def body() -> AsyncIterator[bytes]:
+        first = True
+        async for chunk in request.stream():
+            yield chunk
+            if first:
+                first = False
+                await services.pauses.ahit("staging", prepared.plan.table.name)
+
     try:
-        staged = await stage_payload(
-            request.stream(), staging, max_bytes=services.settings.max_body_bytes, expected=expected
-        )
+        staged = await stage_payload(body(), staging, max_bytes=services.settings.max_body_bytes, expected=expected)
     except LoadError as exc:
         services.loads.abort(prepared)
         return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
@@ -76,9 +84,17 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         services.loads.cleanup_staged(staged.path)
 
 
+SHUTTING_DOWN = ServiceUnavailable("The server is shutting down; retry the load later")
+
+
 @router.put("/api/{db}/{table}/_stream_load")
 async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> DorisLoadResponse:
-    result = await execute_stream_load(db, table, request, services)
+    if not services.gate.enter():
+        return DorisLoadResponse(load_error_result(SHUTTING_DOWN, label=request.headers.get("label", "")))
+    try:
+        result = await execute_stream_load(db, table, request, services)
+    finally:
+        services.gate.exit()
     if result.error_url and result.error_url.startswith("/"):
         result = result.model_copy(update={"error_url": str(request.base_url).rstrip("/") + result.error_url})
     return DorisLoadResponse(result)

@@ -5,6 +5,7 @@
     ├── BadExpression           `columns` / `where` / `delete` outside the grammar or the allow-list
     ├── NotAuthorized           missing or wrong Basic credentials
     ├── BadRequest              body framing, size, a table or column the load cannot use
+    ├── ServiceUnavailable      the server is draining for shutdown
     └── DataQualityError        too many filtered rows; carries the error-log URL
 
 `tables.errors.LabelAlreadyExists` is rendered with status "Label Already Exists".
@@ -52,6 +53,10 @@ class NotAuthorized(LoadError):
 
 class BadRequest(LoadError):
     code = "INVALID_ARGUMENT"
+
+
+class ServiceUnavailable(LoadError):
+    code = "SERVICE_UNAVAILABLE"
 
 
 class DataQualityError(LoadError):

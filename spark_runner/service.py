@@ -91,6 +91,7 @@ class LoadService:
         commit_ms = 0
         try:
             with self.writer.write(req.db, req.table, txn_id=prepared.txn_id, label=req.label) as rowset:
+                self.writer.pauses.hit("job", req.table)
                 field_ids = {c.name: rowset.handle.field_id(c.name) for c in prepared.plan.table.all_columns()}
                 with spark_errors():
                     frame: DataFrame = source()

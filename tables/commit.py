@@ -8,6 +8,7 @@ removes the rowset's files, so a failed load leaves no trace.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections import defaultdict
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
+from tables.pause import PausePoints
 from tables.transactions import ABORTED, VISIBLE, TransactionStore
 
 
@@ -35,9 +37,10 @@ class PendingRowset:
 class TableWriter:
     """Per-table serialised commits of rowsets into Iceberg, with their label and version."""
 
-    def __init__(self, catalog: Catalog, txns: TransactionStore) -> None:
+    def __init__(self, catalog: Catalog, txns: TransactionStore, *, pauses: PausePoints | None = None) -> None:
         self._catalog = catalog
         self._txns = txns
+        self.pauses = pauses or PausePoints()
         self._locks: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -58,6 +61,8 @@ class TableWriter:
             try:
                 yield pending
                 if pending.files:
+                    _fsync_files(pending.files, pending.directory)
+                    self.pauses.hit("before_commit", handle.definition.name)
                     handle.iceberg.add_files(
                         pending.files,
                         snapshot_properties={
@@ -67,6 +72,7 @@ class TableWriter:
                         },
                         check_duplicate_files=False,
                     )
+                    self.pauses.hit("after_commit", handle.definition.name)
             except BaseException:
                 shutil.rmtree(pending.directory, ignore_errors=True)
                 self._txns.set_state(txn_id, ABORTED)
@@ -83,6 +89,21 @@ class TableWriter:
             handle.iceberg.delete(
                 delete_filter="True", snapshot_properties={VERSION_PROPERTY: str(version)}
             )
+
+
+def _fsync_files(files: list[str], directory: Path) -> None:
+    """Make the rowset durable before it is referenced: Spark does not fsync what it writes."""
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int]:
