@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from loaders.formats.csv import NULL_MARKER
+from spark_runner.columns import col
 from spark_runner.merge import latest_per_key, sequence_order
 from spark_runner.planning import LoadPlan
 from spark_runner.types import convert, default_value, storage_type, value_type
@@ -135,19 +136,19 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     selects: list[Column] = [F.col(POS), F.col(LINE)]
     reasons: list[Column] = [count_reason]
     for target in plan.targets:
-        col = target.column
+        column = target.column
         if target.source is None:
-            value = default_value(col)
+            value = default_value(column)
             raw = F.lit(None)
         else:
-            raw = F.col(target.source)
-            value = convert(raw, col.type, from_text=target.source in plan.source_fields)
-        selects.append(value.alias(col.name))
-        reasons.append(_reason_for(col.name, raw, value, plan, col.type, col.nullable))
+            raw = col(target.source)
+            value = convert(raw, column.type, from_text=target.source in plan.source_fields)
+        selects.append(value.alias(column.name))
+        reasons.append(_reason_for(column.name, raw, value, plan, column.type, column.nullable))
     # names of the load that are not table columns stay visible to `where` / `delete`
     for name in plan.scope:
         if name.lower() not in table_names:
-            selects.append(F.col(name))
+            selects.append(col(name))
     return df.select(*selects, F.coalesce(*reasons).alias(REASON))
 
 
@@ -180,7 +181,7 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
             assert req.delete is not None
             sign = F.when(F.coalesce(F.expr(req.delete.spark_sql), F.lit(False)), F.lit(1)).otherwise(F.lit(0))
         elif plan.delete_sign_source is not None:
-            raw = F.col(plan.delete_sign_source)
+            raw = col(plan.delete_sign_source)
             sign = _integer_sign(raw)
             out = out.withColumn(
                 REASON,
@@ -200,9 +201,9 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
         if source is None:
             seq = F.lit(None).cast(value_type(seq_type))
         elif any(t.column.name == source for t in plan.targets):
-            seq = F.col(source)
+            seq = col(source)
         else:
-            seq = convert(F.col(source), seq_type, from_text=source in plan.source_fields)
+            seq = convert(col(source), seq_type, from_text=source in plan.source_fields)
         out = out.withColumn(SEQ, seq)
     return out
 
@@ -216,14 +217,18 @@ def storage_columns(plan: LoadPlan, field_ids: dict[str, int], version: int) -> 
     """The rowset's columns in table storage order, with their field ids."""
     table = plan.table
     cols: list[Column] = []
-    for col in table.all_columns():
-        if col.name == VERSION_COL:
+    for column in table.all_columns():
+        if column.name == VERSION_COL:
             value = F.lit(version)
-        elif col.name == SEQUENCE_COL:
+        elif column.name == SEQUENCE_COL:
             value = F.col(SEQ)
         else:
-            value = F.col(col.name)
-        cols.append(value.cast(storage_type(col.type)).alias(col.name, metadata={"parquet.field.id": field_ids[col.name]}))
+            value = col(column.name)
+        cols.append(
+            value.cast(storage_type(column.type)).alias(
+                column.name, metadata={"parquet.field.id": field_ids[column.name]}
+            )
+        )
     return cols
 
 
@@ -243,14 +248,14 @@ def run_load_job(
     good = rows.filter(F.col(REASON).isNull() & ~F.col(UNSELECTED))
     table = plan.table
     keys = list(table.key_columns)
-    good = good.repartition(buckets, *[F.col(k) for k in keys]) if keys else good.repartition(buckets)
+    good = good.repartition(buckets, *[col(k) for k in keys]) if keys else good.repartition(buckets)
     if table.is_unique:
         seq = F.col(SEQ) if table.has_sequence else None
         kept = [k for k in good.columns if k not in (LINE, REASON, UNSELECTED)]
         good = latest_per_key(good.select(*kept), keys, sequence_order(seq, F.col(POS)))
     out = good.select(*storage_columns(plan, field_ids, version))
     if keys:
-        out = out.sortWithinPartitions(*keys)
+        out = out.sortWithinPartitions(*[col(k) for k in keys])
     out.write.mode("errorifexists").parquet(str(directory))
     metrics = observation.get
     total = int(metrics.get("total") or 0)
@@ -267,10 +272,10 @@ def run_load_job(
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Rows of a query result (INSERT ... SELECT) as load source fields."""
-    fields = [F.col(f"`{name}`").cast("string").alias(_field(i)) for i, name in enumerate(df.columns)]
+    fields = [col(name).cast("string").alias(_field(i)) for i, name in enumerate(df.columns)]
     return df.select(
         F.monotonically_increasing_id().alias(POS),
-        F.concat_ws(", ", *[F.coalesce(F.col(f"`{n}`").cast("string"), F.lit("NULL")) for n in df.columns]).alias(LINE),
+        F.concat_ws(", ", *[F.coalesce(col(n).cast("string"), F.lit("NULL")) for n in df.columns]).alias(LINE),
         F.lit(len(df.columns)).alias(NCOLS),
         *fields,
     )

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_runner.columns import col
+
 
 def sequence_order(sequence: Column | None, tie_breaker: Column) -> list[Column]:
     """The ordering tuple: NULL sequence lowest, then the sequence, then the tie-breaker."""
@@ -25,10 +27,10 @@ def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[Column]) 
     """Keep, for each key, the one row whose `order` tuple is largest (a hash aggregate, no sort)."""
     others = [c for c in df.columns if c not in keys]
     if not others:
-        return df.dropDuplicates(list(keys))
+        return df.select(*[col(k) for k in keys]).distinct().select(*[col(c) for c in df.columns])
     ordering = F.struct(*[o.alias(f"o{i}") for i, o in enumerate(order)])
-    winner = F.max_by(F.struct(*[F.col(c) for c in others]), ordering).alias("__w")
-    merged = df.groupBy(*[F.col(k) for k in keys]).agg(winner)
-    return merged.select(*[F.col(k) for k in keys], *[F.col("__w").getField(c).alias(c) for c in others]).select(
-        *df.columns
+    winner = F.max_by(F.struct(*[col(c) for c in others]), ordering).alias("__w")
+    merged = df.groupBy(*[col(k) for k in keys]).agg(winner)
+    return merged.select(*[col(k) for k in keys], *[F.col("__w").getField(c).alias(c) for c in others]).select(
+        *[col(c) for c in df.columns]
     )

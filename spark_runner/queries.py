@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_runner.columns import col
 from spark_runner.merge import latest_per_key, sequence_order
 from spark_runner.types import storage_schema, value_type
 from tables.catalog import TableHandle
@@ -33,13 +34,13 @@ def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool =
     table = handle.definition
     df = read_rowsets(spark, handle)
     if table.is_unique:
-        seq = F.col(SEQUENCE_COL) if table.has_sequence else None
-        df = latest_per_key(df, table.key_columns, sequence_order(seq, F.col(VERSION_COL)))
+        seq = col(SEQUENCE_COL) if table.has_sequence else None
+        df = latest_per_key(df, table.key_columns, sequence_order(seq, col(VERSION_COL)))
         if table.delete_sign and not show_hidden:
-            df = df.filter(F.col(DELETE_SIGN) == 0)
-    visible = [F.col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.columns]
+            df = df.filter(col(DELETE_SIGN) == 0)
+    visible = [col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.columns]
     if show_hidden:
-        visible += [F.col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.hidden_columns()]
+        visible += [col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.hidden_columns()]
     return df.select(*visible)
 
 
