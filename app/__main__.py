@@ -22,10 +22,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    from app.lifecycle import DrainingServer
     from app.main import create_app
     from app.settings import Settings
-
-    from app.lifecycle import DrainingServer
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items() if v}
     settings = Settings(**overrides)

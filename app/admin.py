@@ -66,8 +66,12 @@ async def table_schema(db: str, table: str, request: Request, services: Services
     definition = handle.definition
     props = []
     for col in definition.columns:
-        entry = {"name": col.name, "type": col.type.schema_name(), "comment": col.comment,
-                 "aggregation_type": "" if col.is_key else (col.aggregation or "NONE")}
+        entry = {
+            "name": col.name,
+            "type": col.type.schema_name(),
+            "comment": col.comment,
+            "aggregation_type": "" if col.is_key else (col.aggregation or "NONE"),
+        }
         if col.type.name == "DECIMAL":
             entry["precision"] = str(col.type.precision)
             entry["scale"] = str(col.type.scale)

@@ -59,8 +59,11 @@ async def maintenance_loop(services: Services) -> None:
         await asyncio.sleep(settings.maintenance_interval_seconds)
         try:
             report = await run_in_threadpool(
-                run_maintenance, services.catalog, services.txns,
-                staging=settings.resolved_data_dir / "staging", grace_seconds=settings.orphan_grace_seconds,
+                run_maintenance,
+                services.catalog,
+                services.txns,
+                staging=settings.resolved_data_dir / "staging",
+                grace_seconds=settings.orphan_grace_seconds,
                 snapshot_keep_seconds=settings.snapshot_keep_seconds,
             )
             log.info("maintenance: %s", report)

@@ -48,6 +48,9 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
             "time": result.time_ms,
         }
     else:
-        data = {"type": "exec_status", "status": {"affectedRows": result.affected_rows, **result.info},
-                "time": result.time_ms}
+        data = {
+            "type": "exec_status",
+            "status": {"affectedRows": result.affected_rows, **result.info},
+            "time": result.time_ms,
+        }
     return fe_json(data)

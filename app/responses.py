@@ -24,7 +24,10 @@ def load_error_result(exc: Exception, *, label: str = "", comment: str = "", txn
     """One renderer for every failure of a load (errors before the job ran, label clashes)."""
     if isinstance(exc, LabelAlreadyExists):
         return LoadResult(
-            txn_id=-1, label=label, comment=comment, status="Label Already Exists",
+            txn_id=-1,
+            label=label,
+            comment=comment,
+            status="Label Already Exists",
             existing_job_status=exc.existing_job_status,
             message=f"[LABEL_ALREADY_EXISTS]TStatus: errCode = 2, detailMessage = {exc.message}",
         )

@@ -15,32 +15,162 @@ from loaders.errors import BadExpression
 from tables.load_spec import ColumnMapping, Expr
 
 ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
-    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Neg, exp.Not,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.And, exp.Or, exp.Xor,
-    exp.In, exp.Between, exp.Is, exp.Like, exp.ILike, exp.Case, exp.If, exp.Cast, exp.TryCast,
-    exp.DataType, exp.DataTypeParam, exp.Var, exp.Tuple, exp.Interval,
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Boolean,
+    exp.Null,
+    exp.Paren,
+    exp.Neg,
+    exp.Not,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.IntDiv,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.And,
+    exp.Or,
+    exp.Xor,
+    exp.In,
+    exp.Between,
+    exp.Is,
+    exp.Like,
+    exp.ILike,
+    exp.Case,
+    exp.If,
+    exp.Cast,
+    exp.TryCast,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Var,
+    exp.Tuple,
+    exp.Interval,
 )
 
 # Functions Doris users put in load expressions; compared on sqlglot's SQL name, lower case.
 ALLOWED_FUNCTIONS = frozenset(
     {
-        "abs", "ceil", "ceiling", "floor", "round", "truncate", "mod", "pow", "power", "sqrt", "ln", "log",
-        "log10", "log2", "exp", "sign", "greatest", "least",
-        "concat", "concat_ws", "substr", "substring", "upper", "lower", "ucase", "lcase", "trim", "ltrim",
-        "rtrim", "length", "char_length", "character_length", "replace", "lpad", "rpad", "left", "right",
-        "reverse", "split_part", "instr", "locate", "md5", "sha1", "sha2", "hex", "unhex", "repeat",
-        "regexp_replace", "regexp_extract", "initcap",
-        "coalesce", "ifnull", "nvl", "nullif", "if", "case",
-        "now", "current_timestamp", "current_date", "curdate", "currenttimestamp", "currentdate",
-        "to_date", "todate", "date", "date_format", "dateformat", "timetostr", "str_to_date", "strtodate",
-        "strtotime", "from_unixtime", "unixtotime", "unix_timestamp", "timetounix", "strtounix",
-        "year", "month", "day", "dayofmonth", "hour", "minute", "second", "quarter", "week", "weekofyear",
-        "dayofweek", "dayofyear", "date_add", "dateadd", "date_sub", "datesub", "datediff", "datetrunc",
-        "date_trunc", "timestamp_trunc", "timestamptrunc", "days_add", "days_sub",
+        "abs",
+        "ceil",
+        "ceiling",
+        "floor",
+        "round",
+        "truncate",
+        "mod",
+        "pow",
+        "power",
+        "sqrt",
+        "ln",
+        "log",
+        "log10",
+        "log2",
+        "exp",
+        "sign",
+        "greatest",
+        "least",
+        "concat",
+        "concat_ws",
+        "substr",
+        "substring",
+        "upper",
+        "lower",
+        "ucase",
+        "lcase",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "length",
+        "char_length",
+        "character_length",
+        "replace",
+        "lpad",
+        "rpad",
+        "left",
+        "right",
+        "reverse",
+        "split_part",
+        "instr",
+        "locate",
+        "md5",
+        "sha1",
+        "sha2",
+        "hex",
+        "unhex",
+        "repeat",
+        "regexp_replace",
+        "regexp_extract",
+        "initcap",
+        "coalesce",
+        "ifnull",
+        "nvl",
+        "nullif",
+        "if",
+        "case",
+        "now",
+        "current_timestamp",
+        "current_date",
+        "curdate",
+        "currenttimestamp",
+        "currentdate",
+        "to_date",
+        "todate",
+        "date",
+        "date_format",
+        "dateformat",
+        "timetostr",
+        "str_to_date",
+        "strtodate",
+        "strtotime",
+        "from_unixtime",
+        "unixtotime",
+        "unix_timestamp",
+        "timetounix",
+        "strtounix",
+        "year",
+        "month",
+        "day",
+        "dayofmonth",
+        "hour",
+        "minute",
+        "second",
+        "quarter",
+        "week",
+        "weekofyear",
+        "dayofweek",
+        "dayofyear",
+        "date_add",
+        "dateadd",
+        "date_sub",
+        "datesub",
+        "datediff",
+        "datetrunc",
+        "date_trunc",
+        "timestamp_trunc",
+        "timestamptrunc",
+        "days_add",
+        "days_sub",
         # sqlglot's own names for the Doris spellings above
-        "trunc", "pad", "str_position", "sha", "ts_or_ds_to_date", "ts_or_ds_to_timestamp", "time_to_str",
-        "str_to_time", "unix_to_time", "day_of_month", "week_of_year", "day_of_week", "day_of_year",
+        "trunc",
+        "pad",
+        "str_position",
+        "sha",
+        "ts_or_ds_to_date",
+        "ts_or_ds_to_timestamp",
+        "time_to_str",
+        "str_to_time",
+        "unix_to_time",
+        "day_of_month",
+        "week_of_year",
+        "day_of_week",
+        "day_of_year",
     }
 )
 
@@ -61,9 +191,7 @@ def check_allowed(tree: exp.Expression, *, header: str, text: str) -> None:
     """
     for node in tree.walk():
         if isinstance(node, exp.AggFunc):
-            raise BadExpression(
-                f"aggregate function {_function_name(node)} is not allowed in {header}: '{text}'"
-            )
+            raise BadExpression(f"aggregate function {_function_name(node)} is not allowed in {header}: '{text}'")
         if isinstance(node, ALLOWED_NODES):
             continue  # operators (AND/OR are Func subclasses in sqlglot) and casts
         if isinstance(node, exp.Func):
@@ -71,9 +199,7 @@ def check_allowed(tree: exp.Expression, *, header: str, text: str) -> None:
             if name not in ALLOWED_FUNCTIONS:
                 raise BadExpression(f"function {name} {DENIED_HINT} ({header}: '{text}')")
             continue
-        raise BadExpression(
-            f"'{node.sql(dialect='doris')}' ({type(node).__name__}) {DENIED_HINT} ({header}: '{text}')"
-        )
+        raise BadExpression(f"'{node.sql(dialect='doris')}' ({type(node).__name__}) {DENIED_HINT} ({header}: '{text}')")
 
 
 def _parse(text: str, *, header: str) -> exp.Expression:
@@ -86,7 +212,8 @@ def _parse(text: str, *, header: str) -> exp.Expression:
     clauses = ("from_", "where", "group", "having", "order", "limit")
     if not isinstance(select, exp.Select) or len(select.expressions) != 1 or any(select.args.get(c) for c in clauses):
         raise BadExpression(f"failed to parse {header} '{text}': expected one expression")
-    return select.expressions[0]
+    tree: exp.Expression = select.expressions[0]
+    return tree
 
 
 def _to_expr(tree: exp.Expression, *, header: str, text: str) -> Expr:

@@ -18,13 +18,24 @@ LABEL_PATTERN = re.compile(r"^[-_A-Za-z0-9:]{1,128}$")
 MAX_TIMEOUT_S = 259200
 
 # Headers that only tune Doris internals: accepted and ignored.
-IGNORED = ("exec_mem_limit", "send_batch_parallelism", "load_to_single_tablet", "memtable_on_sink_node",
-           "load_stream_per_node", "enable_profile", "skip_record_to_audit_log_table", "redirect-policy")
+IGNORED = (
+    "exec_mem_limit",
+    "send_batch_parallelism",
+    "load_to_single_tablet",
+    "memtable_on_sink_node",
+    "load_stream_per_node",
+    "enable_profile",
+    "skip_record_to_audit_log_table",
+    "redirect-policy",
+)
 
 # Headers whose features are not built yet: refused rather than silently misapplied.
 _NOT_YET = {
-    "jsonpaths": "jsonpaths", "json_root": "json_root", "partitions": "partitions",
-    "temporary_partitions": "temporary_partitions", "negative": "negative",
+    "jsonpaths": "jsonpaths",
+    "json_root": "json_root",
+    "partitions": "partitions",
+    "temporary_partitions": "temporary_partitions",
+    "negative": "negative",
 }
 
 
@@ -40,9 +51,7 @@ def _get(headers: Mapping[str, str], name: str) -> str | None:
 def validate_label(label: str) -> str:
     """Raises: BadHeader when the label breaks Doris's label rule."""
     if not LABEL_PATTERN.match(label):
-        raise BadHeader(
-            f"Incorrect label format. Label '{label}' must match the regex ^[-_A-Za-z0-9:]{{1,128}}$"
-        )
+        raise BadHeader(f"Incorrect label format. Label '{label}' must match the regex ^[-_A-Za-z0-9:]{{1,128}}$")
     return label
 
 
@@ -75,9 +84,7 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
-    if _bool(headers, "partial_columns") or (
-        (_get(headers, "unique_key_update_mode") or "UPSERT").upper() != "UPSERT"
-    ):
+    if _bool(headers, "partial_columns") or ((_get(headers, "unique_key_update_mode") or "UPSERT").upper() != "UPSERT"):
         raise BadHeader("partial column update is not supported by this server yet")
     if _get(headers, "two_phase_commit") == "true":
         raise BadHeader("Two phase commit (2PC) for stream load is not supported by this server yet")

@@ -25,6 +25,7 @@ from spark_runner.planning import LoadPlan
 from spark_runner.types import convert, default_value, storage_type, value_type
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
+from tables.types import DorisType
 
 POS = "__pos"
 LINE = "__line"
@@ -72,8 +73,12 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         + [T.StructField(_field(i), T.StringType()) for i in range(n)]
     )
     data = [
-        (i, "(" + ", ".join("NULL" if v is None else v for v in row) + ")", len(row),
-         *(row + [None] * (n - len(row)))[:n])
+        (
+            i,
+            "(" + ", ".join("NULL" if v is None else v for v in row) + ")",
+            len(row),
+            *(row + [None] * (n - len(row)))[:n],
+        )
         for i, row in enumerate(rows)
     ]
     return spark.createDataFrame(data, schema)
@@ -81,16 +86,14 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
 
 def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Name the source fields and evaluate derived columns in order (later ones may use earlier ones)."""
-    out = df.select(
-        POS, LINE, NCOLS, *[F.col(_field(i)).alias(name) for i, name in enumerate(plan.source_fields)]
-    )
+    out = df.select(POS, LINE, NCOLS, *[F.col(_field(i)).alias(name) for i, name in enumerate(plan.source_fields)])
     for mapping in plan.derived:
         assert mapping.expr is not None
         out = out.withColumn(mapping.name, F.expr(mapping.expr.spark_sql))
     return out
 
 
-def _reason_for(name: str, raw: Column, value: Column, plan: LoadPlan, col_type, nullable: bool) -> Column:
+def _reason_for(name: str, raw: Column, value: Column, plan: LoadPlan, col_type: DorisType, nullable: bool) -> Column:
     strict = plan.request.strict_mode
     reasons = F.lit(None).cast(T.StringType())
     if not nullable:
@@ -106,8 +109,10 @@ def _reason_for(name: str, raw: Column, value: Column, plan: LoadPlan, col_type,
         reasons = F.when(
             F.octet_length(value) > col_type.length,
             F.concat(
-                F.lit(f"column({name}) the length of input is too long than schema. schema length: "
-                      f"{col_type.length}; actual length: "),
+                F.lit(
+                    f"column({name}) the length of input is too long than schema. schema length: "
+                    f"{col_type.length}; actual length: "
+                ),
                 F.octet_length(value).cast("string"),
             ),
         ).otherwise(reasons)
@@ -120,14 +125,18 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     count_reason = (
         F.when(
             F.col(NCOLS) > expected,
-            F.concat(F.lit("actual column number in csv file is  more than  schema column number.actual number: "),
-                     F.col(NCOLS).cast("string"),
-                     F.lit(f", schema column number: {expected}")),
+            F.concat(
+                F.lit("actual column number in csv file is  more than  schema column number.actual number: "),
+                F.col(NCOLS).cast("string"),
+                F.lit(f", schema column number: {expected}"),
+            ),
         ).when(
             F.col(NCOLS) < expected,
-            F.concat(F.lit("actual column number in csv file is  less than  schema column number.actual number: "),
-                     F.col(NCOLS).cast("string"),
-                     F.lit(f", schema column number: {expected}")),
+            F.concat(
+                F.lit("actual column number in csv file is  less than  schema column number.actual number: "),
+                F.col(NCOLS).cast("string"),
+                F.lit(f", schema column number: {expected}"),
+            ),
         )
         if plan.request.source == "stream_load"
         else F.lit(None).cast(T.StringType())
@@ -154,14 +163,14 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
 
 def _integer_sign(value: Column) -> Column:
     text = F.lower(F.trim(value.cast("string")))
-    return F.when(text == "true", F.lit(1)).when(text == "false", F.lit(0)).otherwise(
-        convert(value, _tinyint()).cast("int")
+    return (
+        F.when(text == "true", F.lit(1))
+        .when(text == "false", F.lit(0))
+        .otherwise(convert(value, _tinyint()).cast("int"))
     )
 
 
-def _tinyint():
-    from tables.types import DorisType
-
+def _tinyint() -> DorisType:
     return DorisType(name="TINYINT")
 
 
@@ -171,7 +180,9 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
     table = plan.table
     out = df
     if req.where is not None:
-        out = out.withColumn(UNSELECTED, F.col(REASON).isNull() & ~F.coalesce(F.expr(req.where.spark_sql), F.lit(False)))
+        out = out.withColumn(
+            UNSELECTED, F.col(REASON).isNull() & ~F.coalesce(F.expr(req.where.spark_sql), F.lit(False))
+        )
     else:
         out = out.withColumn(UNSELECTED, F.lit(False))
     if table.is_unique and table.delete_sign:
@@ -187,9 +198,10 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
                 REASON,
                 F.coalesce(
                     F.col(REASON),
-                    F.when(sign.isNull() | ~sign.isin(0, 1),
-                           F.concat(F.lit(f"column({DELETE_SIGN}) value is invalid: ["), raw.cast("string"),
-                                    F.lit("]"))),
+                    F.when(
+                        sign.isNull() | ~sign.isin(0, 1),
+                        F.concat(F.lit(f"column({DELETE_SIGN}) value is invalid: ["), raw.cast("string"), F.lit("]")),
+                    ),
                 ),
             )
         else:
@@ -233,8 +245,14 @@ def storage_columns(plan: LoadPlan, field_ids: dict[str, int], version: int) -> 
 
 
 def run_load_job(
-    spark: SparkSession, source: DataFrame, plan: LoadPlan, *, directory: Path, version: int,
-    field_ids: dict[str, int], buckets: int,
+    spark: SparkSession,
+    source: DataFrame,
+    plan: LoadPlan,
+    *,
+    directory: Path,
+    version: int,
+    field_ids: dict[str, int],
+    buckets: int,
 ) -> JobOutcome:
     """Run the load as one Spark action writing the rowset; counts come from an observation of that action."""
     rows = prepare_rows(source, plan)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_runner.columns import col
@@ -45,9 +44,17 @@ def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool =
 
 
 _MYSQL_TYPES: list[tuple[type[T.DataType], str]] = [
-    (T.ByteType, "TINYINT"), (T.ShortType, "SMALLINT"), (T.IntegerType, "INT"), (T.LongType, "BIGINT"),
-    (T.FloatType, "FLOAT"), (T.DoubleType, "DOUBLE"), (T.DecimalType, "DECIMAL"), (T.StringType, "VARCHAR"),
-    (T.DateType, "DATE"), (T.TimestampNTZType, "DATETIME"), (T.TimestampType, "DATETIME"),
+    (T.ByteType, "TINYINT"),
+    (T.ShortType, "SMALLINT"),
+    (T.IntegerType, "INT"),
+    (T.LongType, "BIGINT"),
+    (T.FloatType, "FLOAT"),
+    (T.DoubleType, "DOUBLE"),
+    (T.DecimalType, "DECIMAL"),
+    (T.StringType, "VARCHAR"),
+    (T.DateType, "DATE"),
+    (T.TimestampNTZType, "DATETIME"),
+    (T.TimestampType, "DATETIME"),
     (T.BooleanType, "BOOLEAN"),
 ]
 
@@ -68,7 +75,8 @@ def render_value(value: Any) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+        exponent = value.as_tuple().exponent
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
     return str(value)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,12 @@ class LoadService:
     """Runs loads end to end; shared by stream load and INSERT."""
 
     def __init__(
-        self, *, spark: SparkSession, catalog: Catalog, txns: TransactionStore, writer: TableWriter,
+        self,
+        *,
+        spark: SparkSession,
+        catalog: Catalog,
+        txns: TransactionStore,
+        writer: TableWriter,
         error_log_dir: Path,
     ) -> None:
         self.spark = spark
@@ -63,8 +69,11 @@ class LoadService:
         planned = time.monotonic()
         txn_id = self.txns.begin(request.db, handle.definition.name, request.label)
         return PreparedLoad(
-            plan=plan, txn_id=txn_id, started=started,
-            plan_ms=int((planned - started) * 1000), begin_txn_ms=int((time.monotonic() - planned) * 1000),
+            plan=plan,
+            txn_id=txn_id,
+            started=started,
+            plan_ms=int((planned - started) * 1000),
+            begin_txn_ms=int((time.monotonic() - planned) * 1000),
         )
 
     def abort(self, prepared: PreparedLoad) -> None:
@@ -79,11 +88,17 @@ class LoadService:
     def run_frame(self, prepared: PreparedLoad, frame: DataFrame) -> LoadResult:
         return self._run(prepared, lambda: frame_source(frame, prepared.plan), 0, 0)
 
-    def _run(self, prepared: PreparedLoad, source, load_bytes: int, receive_ms: int) -> LoadResult:
+    def _run(
+        self, prepared: PreparedLoad, source: Callable[[], DataFrame], load_bytes: int, receive_ms: int
+    ) -> LoadResult:
         req = prepared.request
         base = dict(
-            txn_id=prepared.txn_id, label=req.label, comment=req.comment, load_bytes=load_bytes,
-            begin_txn_time_ms=prepared.begin_txn_ms, stream_load_put_time_ms=prepared.plan_ms,
+            txn_id=prepared.txn_id,
+            label=req.label,
+            comment=req.comment,
+            load_bytes=load_bytes,
+            begin_txn_time_ms=prepared.begin_txn_ms,
+            stream_load_put_time_ms=prepared.plan_ms,
             receive_data_time_ms=receive_ms,
         )
         outcome: JobOutcome | None = None
@@ -96,8 +111,13 @@ class LoadService:
                 with spark_errors():
                     frame: DataFrame = source()
                     outcome = run_load_job(
-                        self.spark, frame, prepared.plan, directory=rowset.directory, version=rowset.version,
-                        field_ids=field_ids, buckets=prepared.plan.table.buckets,
+                        self.spark,
+                        frame,
+                        prepared.plan,
+                        directory=rowset.directory,
+                        version=rowset.version,
+                        field_ids=field_ids,
+                        buckets=prepared.plan.table.buckets,
                     )
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
@@ -110,9 +130,13 @@ class LoadService:
             counts = outcome.counts if outcome else LoadCounts()
             error_url = getattr(exc, "error_url", None)
             return LoadResult(
-                **base, status="Fail", message=exc.doris_message,
-                number_total_rows=counts.total, number_loaded_rows=0,
-                number_filtered_rows=counts.filtered, number_unselected_rows=counts.unselected,
+                **base,
+                status="Fail",
+                message=exc.doris_message,
+                number_total_rows=counts.total,
+                number_loaded_rows=0,
+                number_filtered_rows=counts.filtered,
+                number_unselected_rows=counts.unselected,
                 load_time_ms=int((time.monotonic() - prepared.started) * 1000),
                 error_url=error_url,
                 first_error_msg=outcome.errors[0] if outcome and outcome.errors else None,
@@ -120,9 +144,13 @@ class LoadService:
         assert outcome is not None
         counts = outcome.counts
         return LoadResult(
-            **base, status="Success", message="OK",
-            number_total_rows=counts.total, number_loaded_rows=counts.loaded,
-            number_filtered_rows=counts.filtered, number_unselected_rows=counts.unselected,
+            **base,
+            status="Success",
+            message="OK",
+            number_total_rows=counts.total,
+            number_loaded_rows=counts.loaded,
+            number_filtered_rows=counts.filtered,
+            number_unselected_rows=counts.unselected,
             load_time_ms=int((time.monotonic() - prepared.started) * 1000),
             write_data_time_ms=int((time.monotonic() - write_started) * 1000) - commit_ms,
             commit_and_publish_time_ms=commit_ms,
@@ -142,9 +170,7 @@ class LoadService:
         counts = outcome.counts
         selected = counts.total - counts.unselected
         if selected > 0 and counts.filtered / selected > prepared.request.max_filter_ratio:
-            raise DataQualityError(
-                "too many filtered rows", error_url=self._write_error_log(prepared, outcome)
-            )
+            raise DataQualityError("too many filtered rows", error_url=self._write_error_log(prepared, outcome))
 
     def error_log(self, name: str) -> str | None:
         path = (self.error_log_dir / name).resolve()

@@ -28,8 +28,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # A load's counts come from an observation of its write; AQE must not drop the observed stage
     # when every row was filtered (the metrics would be lost and Observation.get fails).
-    "spark.sql.adaptive.optimizer.excludedRules":
-        "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation",
+    "spark.sql.adaptive.optimizer.excludedRules": "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation",
 }
 
 

@@ -58,8 +58,10 @@ def convert(value: Column, t: DorisType, *, from_text: bool = True) -> Column:
         return value.cast(T.StringType())
     if t.name == "BOOLEAN":
         text = F.lower(F.trim(value.cast(T.StringType())))
-        return F.when(text.isin("true", "1"), F.lit(True)).when(text.isin("false", "0"), F.lit(False)).otherwise(
-            F.lit(None).cast(T.BooleanType())
+        return (
+            F.when(text.isin("true", "1"), F.lit(True))
+            .when(text.isin("false", "0"), F.lit(False))
+            .otherwise(F.lit(None).cast(T.BooleanType()))
         )
     if t.is_integer and t.name != "LARGEINT" and from_text:
         # Doris rejects fractional text for integer columns instead of truncating it.

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlglot.tokens import TokenType
+from sqlglot import TokenType
 
 from sql.errors import SqlError
 from sql.tokens import Cursor
 from tables.model import HIDDEN_PREFIX, ColumnDef, KeysType, TableDef
 from tables.types import DorisType, UnsupportedType
 
-AGGREGATIONS = ("SUM", "MAX", "MIN", "REPLACE", "REPLACE_IF_NOT_NULL", "HLL_UNION", "BITMAP_UNION",
-                "QUANTILE_UNION", "GENERIC")
+AGGREGATIONS = (
+    "SUM",
+    "MAX",
+    "MIN",
+    "REPLACE",
+    "REPLACE_IF_NOT_NULL",
+    "HLL_UNION",
+    "BITMAP_UNION",
+    "QUANTILE_UNION",
+    "GENERIC",
+)
 DEFAULT_BUCKETS = 10
 
 
@@ -28,7 +37,7 @@ class CreateTable:
 
 def _parse_type(cur: Cursor) -> DorisType:
     name = cur.name()
-    if cur.peek() is not None and cur.peek().token_type == TokenType.LT:  # ARRAY<...>, MAP<...>
+    if cur.at(TokenType.LT):  # ARRAY<...>, MAP<...>
         raise SqlError(f"Unsupported data type: {name}<...> (complex types are not supported)")
     args: list[int] = []
     if cur.accept_type(TokenType.L_PAREN):
@@ -55,7 +64,7 @@ def _parse_column(cur: Cursor) -> ColumnDef:
     has_default = False
     comment = ""
     is_key = False
-    while not cur.at_end() and cur.peek().token_type not in (TokenType.COMMA, TokenType.R_PAREN):
+    while not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN):
         if cur.accept("KEY"):
             is_key = True
         elif cur.word() in AGGREGATIONS:
@@ -65,7 +74,7 @@ def _parse_column(cur: Cursor) -> ColumnDef:
         elif cur.accept("NULL"):
             nullable = True
         elif cur.accept("AUTO_INCREMENT"):
-            if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+            if cur.at(TokenType.L_PAREN):
                 cur.skip_parens()
         elif cur.accept("DEFAULT"):
             has_default = True
@@ -73,7 +82,7 @@ def _parse_column(cur: Cursor) -> ColumnDef:
                 default = None
             elif cur.word() in ("CURRENT_TIMESTAMP", "NOW"):
                 cur.next()
-                if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+                if cur.at(TokenType.L_PAREN):
                     cur.skip_parens()
                 default = "CURRENT_TIMESTAMP"
             else:
@@ -81,15 +90,21 @@ def _parse_column(cur: Cursor) -> ColumnDef:
                 default = ("-" if negative else "") + cur.string()
         elif cur.accept("ON", "UPDATE"):
             cur.next()
-            if cur.peek() is not None and cur.peek().token_type == TokenType.L_PAREN:
+            if cur.at(TokenType.L_PAREN):
                 cur.skip_parens()
         elif cur.accept("COMMENT"):
             comment = cur.string()
         else:
             raise cur.error("a column attribute")
     return ColumnDef(
-        name=name, type=col_type, nullable=True if nullable is None else nullable, aggregation=aggregation,
-        default=default, has_default=has_default, comment=comment, is_key=is_key,
+        name=name,
+        type=col_type,
+        nullable=True if nullable is None else nullable,
+        aggregation=aggregation,
+        default=default,
+        has_default=has_default,
+        comment=comment,
+        is_key=is_key,
     )
 
 
@@ -113,7 +128,7 @@ def _properties(cur: Cursor) -> dict[str, str]:
         props[key] = cur.string()
         if not cur.accept_type(TokenType.COMMA):
             break
-        if cur.peek() is not None and cur.peek().token_type == TokenType.R_PAREN:
+        if cur.at(TokenType.R_PAREN):
             break  # a trailing comma, as users write
     cur.expect_type(TokenType.R_PAREN, ")")
     return props
@@ -135,8 +150,8 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
     columns: list[ColumnDef] = []
     while True:
         if cur.word() == "INDEX":
-            while cur.peek() is not None and cur.peek().token_type not in (TokenType.COMMA, TokenType.R_PAREN):
-                if cur.peek().token_type == TokenType.L_PAREN:
+            while cur.peek() is not None and not cur.at(TokenType.COMMA, TokenType.R_PAREN):
+                if cur.at(TokenType.L_PAREN):
                     cur.skip_parens()
                 else:
                     cur.next()
@@ -144,7 +159,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             columns.append(_parse_column(cur))
         if not cur.accept_type(TokenType.COMMA):
             break
-        if cur.peek() is not None and cur.peek().token_type == TokenType.R_PAREN:
+        if cur.at(TokenType.R_PAREN):
             break  # trailing comma after the last column (the seed's second CREATE has one)
     cur.expect_type(TokenType.R_PAREN, ")")
 
@@ -161,8 +176,9 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             if engine.upper() != "OLAP":
                 raise SqlError(f"Unsupported engine: {engine}")
         elif cur.word() in ("UNIQUE", "DUPLICATE", "AGGREGATE") and cur.word(1) == "KEY":
-            keys_type = {"UNIQUE": KeysType.UNIQUE, "DUPLICATE": KeysType.DUPLICATE,
-                         "AGGREGATE": KeysType.AGGREGATE}[cur.next().text.upper()]
+            keys_type = {"UNIQUE": KeysType.UNIQUE, "DUPLICATE": KeysType.DUPLICATE, "AGGREGATE": KeysType.AGGREGATE}[
+                cur.next().text.upper()
+            ]
             cur.expect("KEY")
             key_names = _name_list(cur)
         elif cur.accept("CLUSTER", "BY"):
@@ -189,8 +205,15 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             raise cur.error("a table clause")
     return CreateTable(
         definition=build_table_def(
-            db=db or current_db, name=name, columns=columns, keys_type=keys_type, key_names=key_names,
-            bucket_cols=bucket_cols, buckets=buckets, comment=comment, props=props,
+            db=db or current_db,
+            name=name,
+            columns=columns,
+            keys_type=keys_type,
+            key_names=key_names,
+            bucket_cols=bucket_cols,
+            buckets=buckets,
+            comment=comment,
+            props=props,
         ),
         if_not_exists=if_not_exists,
     )
@@ -206,8 +229,16 @@ def _bool_prop(props: dict[str, str], key: str, default: bool) -> bool:
 
 
 def build_table_def(
-    *, db: str, name: str, columns: list[ColumnDef], keys_type: KeysType | None, key_names: list[str],
-    bucket_cols: list[str], buckets: int, comment: str, props: dict[str, str],
+    *,
+    db: str,
+    name: str,
+    columns: list[ColumnDef],
+    keys_type: KeysType | None,
+    key_names: list[str],
+    bucket_cols: list[str],
+    buckets: int,
+    comment: str,
+    props: dict[str, str],
 ) -> TableDef:
     """Apply Doris's CREATE TABLE rules and build the definition.
 
@@ -285,10 +316,19 @@ def build_table_def(
         if not seq_type.can_be_sequence:
             raise SqlError("Sequence type only support integer types and date types")
     return TableDef(
-        db=db, name=name, keys_type=keys_type, columns=tuple(fixed), key_columns=tuple(c.name for c in fixed if c.is_key),
-        bucket_columns=tuple(by_name[b.lower()].name for b in bucket_cols), buckets=buckets,
-        sequence_col=seq_col, sequence_type=seq_type, merge_on_write=merge_on_write,
-        delete_sign=keys_type is KeysType.UNIQUE, comment=comment, properties=props,
+        db=db,
+        name=name,
+        keys_type=keys_type,
+        columns=tuple(fixed),
+        key_columns=tuple(c.name for c in fixed if c.is_key),
+        bucket_columns=tuple(by_name[b.lower()].name for b in bucket_cols),
+        buckets=buckets,
+        sequence_col=seq_col,
+        sequence_type=seq_type,
+        merge_on_write=merge_on_write,
+        delete_sign=keys_type is KeysType.UNIQUE,
+        comment=comment,
+        properties=props,
     )
 
 

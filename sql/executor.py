@@ -70,7 +70,9 @@ class SqlExecutor:
             raise
         except Exception as exc:  # translate anything unexpected into the FE's error shape, keep the trace in logs
             log.exception("statement failed: %s", text[:200])
-            raise SqlError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+            raise SqlError(
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            ) from exc
         ms = int((time.monotonic() - started) * 1000)
         if isinstance(result, ExecStatus):
             return ExecStatus(affected_rows=result.affected_rows, time_ms=ms, info=result.info)
@@ -140,9 +142,7 @@ class SqlExecutor:
             db = session.db
             if cur.accept("FROM") or cur.accept("IN"):
                 db = cur.name()
-            return ResultSet(
-                columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)]
-            )
+            return ResultSet(columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)])
         raise SqlError("This SHOW statement is not supported by this server yet")
 
     def _describe(self, table: TableDef, session: Session) -> ResultSet:
@@ -162,8 +162,16 @@ class SqlExecutor:
                 extra = c.aggregation or ""
             else:
                 extra = "NONE"
-            rows.append([c.name, c.type.sql(), "Yes" if c.nullable else "No", "true" if c.is_key else "false",
-                         c.default if c.has_default else None, extra])
+            rows.append(
+                [
+                    c.name,
+                    c.type.sql(),
+                    "Yes" if c.nullable else "No",
+                    "true" if c.is_key else "false",
+                    c.default if c.has_default else None,
+                    extra,
+                ]
+            )
         names = ("Field", "Type", "Null", "Key", "Default", "Extra")
         return ResultSet(columns=[(n, "VARCHAR") for n in names], rows=rows)
 
@@ -194,8 +202,10 @@ class SqlExecutor:
         handle = self.catalog.load(table_node.db or session.db, table_node.name)
         table = handle.definition
         if (
-            columns is not None and session.flag("enable_unique_key_partial_update")
-            and table.is_unique and table.merge_on_write
+            columns is not None
+            and session.flag("enable_unique_key_partial_update")
+            and table.is_unique
+            and table.merge_on_write
         ):
             raise SqlError("partial column update is not supported by this server yet")
         rows = values_rows(tree, self.spark)
@@ -210,7 +220,10 @@ class SqlExecutor:
             result = self.loads.run_rows(prepared, rows)
         else:
             frame, views = run_query(
-                self.spark, self.catalog, tree.expression, db=session.db,
+                self.spark,
+                self.catalog,
+                tree.expression,
+                db=session.db,
                 show_hidden=session.flag("show_hidden_columns"),
             )
             try:

@@ -30,7 +30,7 @@ def literal_text(node: exp.Expression, spark: SparkSession) -> str | None:
         value = spark.sql(f"SELECT CAST(({node.sql(dialect='spark')}) AS STRING) AS v").collect()[0][0]
     except Exception as exc:
         raise SqlError(f"can not evaluate '{node.sql(dialect='doris')}': {str(exc).splitlines()[0]}") from None
-    return value
+    return None if value is None else str(value)
 
 
 def insert_target(tree: exp.Insert) -> tuple[exp.Table, list[str] | None]:
@@ -58,7 +58,11 @@ def values_rows(tree: exp.Insert, spark: SparkSession) -> list[list[str | None]]
 def insert_request(*, db: str, table: str, columns: list[str] | None, strict: bool) -> LoadRequest:
     """The load an INSERT asks for: its column list maps the values, strictness from the session."""
     return LoadRequest(
-        db=db, table=table, label=f"insert_{uuid.uuid4().hex}",
+        db=db,
+        table=table,
+        label=f"insert_{uuid.uuid4().hex}",
         columns=tuple(ColumnMapping(name=c) for c in columns) if columns is not None else None,
-        strict_mode=strict, max_filter_ratio=0.0 if strict else 1.0, source="insert",
+        strict_mode=strict,
+        max_filter_ratio=0.0 if strict else 1.0,
+        source="insert",
     )

@@ -24,7 +24,8 @@ def parse_query(text: str) -> exp.Expression:
     except ParseError as exc:
         detail = exc.errors[0] if exc.errors else {}
         raise SqlError(f"Syntax error: {detail.get('description', exc)}") from None
-    assert tree is not None
+    if not isinstance(tree, exp.Expression):
+        raise SqlError("Syntax error: empty statement")
     return tree
 
 

@@ -30,7 +30,7 @@ class Session:
         key = name.lower().lstrip("@")
         for prefix in ("session.", "global.", "local."):
             if key.startswith(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
         if value.lower() == "default":
             self.variables[key] = _DEFAULTS.get(key, "")
             return

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from sqlglot import TokenType
 from sqlglot.dialects.doris import Doris
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokens import Token  # type: ignore[attr-defined]
 
 from sql.errors import SqlError
 
@@ -24,7 +25,7 @@ def split_statements(text: str) -> list[str]:
     start = 0
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
-            piece = text[start:tok.start].strip()
+            piece = text[start : tok.start].strip()
             if piece:
                 out.append(piece)
             start = tok.end + 1
@@ -45,6 +46,11 @@ class Cursor:
     def peek(self, offset: int = 0) -> Token | None:
         j = self.i + offset
         return self.tokens[j] if j < len(self.tokens) else None
+
+    def at(self, *types: TokenType) -> bool:
+        """The next token is of one of these types."""
+        tok = self.peek()
+        return tok is not None and tok.token_type in types
 
     def at_end(self) -> bool:
         return self.i >= len(self.tokens)
@@ -90,7 +96,10 @@ class Cursor:
     def name(self) -> str:
         tok = self.next()
         if tok.token_type == TokenType.STRING or tok.token_type in (
-            TokenType.L_PAREN, TokenType.R_PAREN, TokenType.COMMA, TokenType.EQ
+            TokenType.L_PAREN,
+            TokenType.R_PAREN,
+            TokenType.COMMA,
+            TokenType.EQ,
         ):
             self.i -= 1
             raise self.error("a name")

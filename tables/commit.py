@@ -55,7 +55,10 @@ class TableWriter:
             handle = self._catalog.load(db, table)
             version = handle.current_version() + 1
             pending = PendingRowset(
-                handle=handle, txn_id=txn_id, label=label, version=version,
+                handle=handle,
+                txn_id=txn_id,
+                label=label,
+                version=version,
                 directory=handle.location / "data" / f"txn_{txn_id}",
             )
             try:
@@ -86,9 +89,7 @@ class TableWriter:
             if handle.iceberg.current_snapshot() is None:
                 return
             version = handle.current_version() + 1
-            handle.iceberg.delete(
-                delete_filter="True", snapshot_properties={VERSION_PROPERTY: str(version)}
-            )
+            handle.iceberg.delete(delete_filter="True", snapshot_properties={VERSION_PROPERTY: str(version)})
 
 
 def _fsync_files(files: list[str], directory: Path) -> None:

@@ -1,10 +1,10 @@
 """Domain errors of the bottom layer, each with the Doris wording users match on.
 
-    DorisError                  message already in Doris's words
-    ├── DatabaseNotFound
-    ├── TableNotFound
-    ├── AlreadyExists
-    └── LabelAlreadyExists      carries the existing transaction's state
+DorisError                  message already in Doris's words
+├── DatabaseNotFound
+├── TableNotFound
+├── AlreadyExists
+└── LabelAlreadyExists      carries the existing transaction's state
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ class LabelAlreadyExists(DorisError):
         self.label = label
         self.txn_id = txn_id
         self.state = state
-        super().__init__(
-            f"Label [{label}] has already been used, relate to txn [{txn_id}], status [{state}]."
-        )
+        super().__init__(f"Label [{label}] has already been used, relate to txn [{txn_id}], status [{state}].")
 
     @property
     def existing_job_status(self) -> str:

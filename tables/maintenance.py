@@ -1,9 +1,9 @@
 """Housekeeping that keeps the data directory and commit latency bounded, never touching live work.
 
-    forget labels       finished labels older than the keep time
-    expire snapshots    older than the keep time, but never newer than the oldest unresolved transaction
-    remove orphans      staging files and rowset files no snapshot references, except files of a
-                        transaction still PREPARE / PRECOMMITTED, and files younger than the grace period
+forget labels       finished labels older than the keep time
+expire snapshots    older than the keep time, but never newer than the oldest unresolved transaction
+remove orphans      staging files and rowset files no snapshot references, except files of a
+                    transaction still PREPARE / PRECOMMITTED, and files younger than the grace period
 """
 
 from __future__ import annotations
@@ -46,14 +46,13 @@ def expire_snapshots(handle: TableHandle, txns: TransactionStore, *, keep_second
         horizon = min(horizon, min(pending))
     current = handle.iceberg.current_snapshot()
     old = [
-        s for s in handle.iceberg.snapshots()
+        s
+        for s in handle.iceberg.snapshots()
         if s.timestamp_ms / 1000 < horizon and (current is None or s.snapshot_id != current.snapshot_id)
     ]
     if not old:
         return 0
-    handle.iceberg.maintenance.expire_snapshots().older_than(
-        dt.datetime.fromtimestamp(horizon, tz=dt.UTC)
-    ).commit()
+    handle.iceberg.maintenance.expire_snapshots().older_than(dt.datetime.fromtimestamp(horizon, tz=dt.UTC)).commit()
     return len(old)
 
 
@@ -65,9 +64,7 @@ def referenced_files(handle: TableHandle) -> set[str]:
     return {_plain_path(p) for p in table.column("file_path").to_pylist()}
 
 
-def remove_orphans(
-    handle: TableHandle, protected: set[int], *, grace_seconds: float, now: float
-) -> int:
+def remove_orphans(handle: TableHandle, protected: set[int], *, grace_seconds: float, now: float) -> int:
     """Remove rowset files of this table that no snapshot references; returns how many."""
     data_dir = handle.location / "data"
     if not data_dir.is_dir():
@@ -106,7 +103,12 @@ def remove_staging_orphans(staging: Path, protected: set[int], *, grace_seconds:
 
 
 def run_maintenance(
-    catalog: Catalog, txns: TransactionStore, *, staging: Path, grace_seconds: float, snapshot_keep_seconds: float,
+    catalog: Catalog,
+    txns: TransactionStore,
+    *,
+    staging: Path,
+    grace_seconds: float,
+    snapshot_keep_seconds: float,
     now: float | None = None,
 ) -> MaintenanceReport:
     """One pass over every table; safe to run while loads are in flight."""
@@ -117,9 +119,7 @@ def run_maintenance(
         for name in catalog.list_tables(db):
             try:
                 handle = catalog.load(db, name)
-                report.snapshots_expired += expire_snapshots(
-                    handle, txns, keep_seconds=snapshot_keep_seconds, now=now
-                )
+                report.snapshots_expired += expire_snapshots(handle, txns, keep_seconds=snapshot_keep_seconds, now=now)
                 handle = catalog.load(db, name)
                 report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now)
             except Exception:  # one broken table must not stop the others' housekeeping

@@ -80,21 +80,34 @@ class TableDef(BaseModel):
         if self.is_unique and self.delete_sign:
             out.append(
                 ColumnDef(
-                    name=DELETE_SIGN, type=DorisType(name="TINYINT"), nullable=False, default="0",
-                    has_default=True, hidden=True, aggregation="REPLACE",
+                    name=DELETE_SIGN,
+                    type=DorisType(name="TINYINT"),
+                    nullable=False,
+                    default="0",
+                    has_default=True,
+                    hidden=True,
+                    aggregation="REPLACE",
                 )
             )
         if self.is_unique:
             out.append(
                 ColumnDef(
-                    name=VERSION_COL, type=DorisType(name="BIGINT"), nullable=False, default="0",
-                    has_default=True, hidden=True, aggregation="REPLACE",
+                    name=VERSION_COL,
+                    type=DorisType(name="BIGINT"),
+                    nullable=False,
+                    default="0",
+                    has_default=True,
+                    hidden=True,
+                    aggregation="REPLACE",
                 )
             )
         if self.has_sequence:
             out.append(
                 ColumnDef(
-                    name=SEQUENCE_COL, type=self.effective_sequence_type(), nullable=True, hidden=True,
+                    name=SEQUENCE_COL,
+                    type=self.effective_sequence_type(),
+                    nullable=True,
+                    hidden=True,
                     aggregation="REPLACE",
                 )
             )

@@ -96,9 +96,7 @@ class TransactionStore:
 
     def set_state(self, txn_id: int, state: str) -> None:
         with self._lock:
-            self._conn.execute(
-                "UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id)
-            )
+            self._conn.execute("UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id))
 
     def get(self, txn_id: int) -> Txn | None:
         with self._lock:

@@ -36,8 +36,11 @@ def rows_match(actual: list[list[str]], expected: list[list[str]], ignore: set[i
     a, e = strip(actual), strip(expected)
     if not ordered:
         a, e = sorted(a), sorted(e)
-    return len(a) == len(e) and all(
-        len(ra) == len(re) and all(same_value(x, y) for x, y in zip(ra, re, strict=True)) for ra, re in zip(a, e)
+    if len(a) != len(e):
+        return False
+    return all(
+        len(ra) == len(re) and all(same_value(x, y) for x, y in zip(ra, re, strict=True))
+        for ra, re in zip(a, e, strict=True)
     )
 
 
@@ -74,9 +77,12 @@ def run_case(path: Path, doris: DorisClient) -> str:
             want = step.get("expect_status", "success")
             if body.get("Status", "").lower() != want.lower():
                 raise CaseFailure(f"{where}\nexpected status {want}, got {body}")
-            for key, field in (("expect_total_rows", "NumberTotalRows"), ("expect_loaded_rows", "NumberLoadedRows"),
-                               ("expect_filtered_rows", "NumberFilteredRows"),
-                               ("expect_unselected_rows", "NumberUnselectedRows")):
+            for key, field in (
+                ("expect_total_rows", "NumberTotalRows"),
+                ("expect_loaded_rows", "NumberLoadedRows"),
+                ("expect_filtered_rows", "NumberFilteredRows"),
+                ("expect_unselected_rows", "NumberUnselectedRows"),
+            ):
                 if key in step and body.get(field) != step[key]:
                     raise CaseFailure(f"{where}\n{field}: expected {step[key]}, got {body}")
             if "expect_message_contains" in step and step["expect_message_contains"] not in body.get("Message", ""):

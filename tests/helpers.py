@@ -8,15 +8,33 @@ from typing import Any
 import httpx
 
 DORIS_LOAD_KEYS = [
-    "TxnId", "Label", "Comment", "TwoPhaseCommit", "Status", "Message", "NumberTotalRows", "NumberLoadedRows",
-    "NumberFilteredRows", "NumberUnselectedRows", "LoadBytes", "LoadTimeMs", "BeginTxnTimeMs",
-    "StreamLoadPutTimeMs", "ReadDataTimeMs", "WriteDataTimeMs", "ReceiveDataTimeMs", "CommitAndPublishTimeMs",
+    "TxnId",
+    "Label",
+    "Comment",
+    "TwoPhaseCommit",
+    "Status",
+    "Message",
+    "NumberTotalRows",
+    "NumberLoadedRows",
+    "NumberFilteredRows",
+    "NumberUnselectedRows",
+    "LoadBytes",
+    "LoadTimeMs",
+    "BeginTxnTimeMs",
+    "StreamLoadPutTimeMs",
+    "ReadDataTimeMs",
+    "WriteDataTimeMs",
+    "ReceiveDataTimeMs",
+    "CommitAndPublishTimeMs",
 ]
 AUTH = ("root", "")
 
 
 def assert_doris_result(
-    resp: httpx.Response | dict[str, Any], *, status: str = "Success", message_contains: str | None = None,
+    resp: httpx.Response | dict[str, Any],
+    *,
+    status: str = "Success",
+    message_contains: str | None = None,
     **counts: int,
 ) -> dict[str, Any]:
     """Check a stream-load reply: HTTP 200, Doris's keys, the Status, an optional Message part, row counts."""
@@ -31,8 +49,12 @@ def assert_doris_result(
     assert body["Status"] == status, body
     if message_contains is not None:
         assert message_contains in body["Message"], body
-    names = {"total": "NumberTotalRows", "loaded": "NumberLoadedRows", "filtered": "NumberFilteredRows",
-             "unselected": "NumberUnselectedRows"}
+    names = {
+        "total": "NumberTotalRows",
+        "loaded": "NumberLoadedRows",
+        "filtered": "NumberFilteredRows",
+        "unselected": "NumberUnselectedRows",
+    }
     for short, value in counts.items():
         assert body[names[short]] == value, f"{names[short]}: {body}"
     return body
@@ -64,8 +86,9 @@ class DorisClient:
         assert body["code"] == 1 and body["msg"] == "Error", body
         return str(body["data"])
 
-    def stream_load(self, db: str, table: str, data: bytes | str, headers: dict[str, str] | None = None,
-                    **kwargs: Any) -> httpx.Response:
+    def stream_load(
+        self, db: str, table: str, data: bytes | str, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Response:
         content = data.encode() if isinstance(data, str) else data
         return self.http.put(f"/api/{db}/{table}/_stream_load", content=content, headers=headers or {}, **kwargs)
 

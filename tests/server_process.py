@@ -37,16 +37,31 @@ class ServerProcess:
     def start(self, timeout: float = 120, **env: str) -> ServerProcess:
         self.port = free_port()
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SL_")}
-        full_env.update(SL_SPARK_MASTER="local[2]",
-                        SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}))
+        full_env.update(
+            SL_SPARK_MASTER="local[2]",
+            SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}),
+        )
         full_env.update(self.env)
         full_env.update(env)
         self._log = open(self.log_path, "ab")
         self.log_offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(self.port),
-             "--data-dir", str(self.data_dir)],
-            cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -67,7 +82,7 @@ class ServerProcess:
     def wait_for_log(self, texts: list[str], timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            current = self.log_text()[self.log_offset:]
+            current = self.log_text()[self.log_offset :]
             if all(t in current for t in texts):
                 return
             time.sleep(0.1)
@@ -94,18 +109,25 @@ class ServerProcess:
         return code
 
     def sql(self, db: str, stmt: str) -> dict:  # type: ignore[type-arg]
-        resp = httpx.post(f"{self.base_url}/api/query/default_cluster/{db}", json={"stmt": stmt},
-                          auth=("root", ""), timeout=120)
+        resp = httpx.post(
+            f"{self.base_url}/api/query/default_cluster/{db}", json={"stmt": stmt}, auth=("root", ""), timeout=120
+        )
         body = resp.json()
         assert body["code"] == 0, body
         return body["data"]  # type: ignore[no-any-return]
 
     def load(self, db: str, table: str, data: bytes, **headers: str) -> dict:  # type: ignore[type-arg]
-        resp = httpx.put(f"{self.base_url}/api/{db}/{table}/_stream_load", content=data,
-                         headers={"column_separator": ",", **headers}, auth=("root", ""), timeout=120)
+        resp = httpx.put(
+            f"{self.base_url}/api/{db}/{table}/_stream_load",
+            content=data,
+            headers={"column_separator": ",", **headers},
+            auth=("root", ""),
+            timeout=120,
+        )
         return resp.json()  # type: ignore[no-any-return]
 
     def label_state(self, db: str, label: str) -> str:
-        resp = httpx.get(f"{self.base_url}/api/{db}/get_load_state", params={"label": label},
-                         auth=("root", ""), timeout=30)
+        resp = httpx.get(
+            f"{self.base_url}/api/{db}/get_load_state", params={"label": label}, auth=("root", ""), timeout=30
+        )
         return str(resp.json()["data"])

@@ -42,7 +42,9 @@ def _send(server: ServerProcess, point: str, rnd: int, release: threading.Event)
         httpx.put(
             f"{server.base_url}/api/{DB}/t_{point}/_stream_load",
             content=body() if point == "staging" else f"{rnd},{point}\n".encode(),
-            headers={"column_separator": ",", "label": f"{point}_{rnd}"}, auth=("root", ""), timeout=120,
+            headers={"column_separator": ",", "label": f"{point}_{rnd}"},
+            auth=("root", ""),
+            timeout=120,
         )
     except httpx.HTTPError:
         pass  # the server was killed under it: no answer is the expected outcome
@@ -107,8 +109,13 @@ def test_sigterm_lets_a_load_in_flight_finish_and_refuses_new_ones(server: Serve
 
     def send() -> None:
         try:
-            resp = httpx.put(f"{server.base_url}/api/{DB}/slow/_stream_load", content=slow_body(),
-                             headers={"column_separator": ",", "label": "inflight"}, auth=("root", ""), timeout=120)
+            resp = httpx.put(
+                f"{server.base_url}/api/{DB}/slow/_stream_load",
+                content=slow_body(),
+                headers={"column_separator": ",", "label": "inflight"},
+                auth=("root", ""),
+                timeout=120,
+            )
             result.update(resp.json())
         except httpx.HTTPError as exc:
             result["error"] = repr(exc)

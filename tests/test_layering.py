@@ -101,8 +101,10 @@ def violations(path: Path) -> list[str]:
         if imp.module == "pyspark" and layer in NO_SPARK:
             out.append(f"{where} ({layer} never touches Spark, not even inside a function)")
         if imp.module in LAYERS and imp.module not in ALLOWED_LAYERS[layer]:
-            out.append(f"{where} (imports point down the layers: {layer} may import "
-                       f"{', '.join(sorted(ALLOWED_LAYERS[layer]))})")
+            out.append(
+                f"{where} (imports point down the layers: {layer} may import "
+                f"{', '.join(sorted(ALLOWED_LAYERS[layer]))})"
+            )
         if layer == "app" and imp.module in APP_LAZY and not imp.lazy:
             out.append(f"{where} at module top level (import it inside a function or under TYPE_CHECKING)")
     return out
@@ -127,34 +129,79 @@ def test_module_respects_the_layering(module: Path) -> None:
     ("path", "source", "expected"),
     [
         pytest.param("app/x.py", "import pyspark.sql", [Import("pyspark", 1, False)], id="dotted-import"),
-        pytest.param("app/x.py", "from pyiceberg.catalog import load_catalog", [Import("pyiceberg", 1, False)],
-                     id="from-import"),
+        pytest.param(
+            "app/x.py", "from pyiceberg.catalog import load_catalog", [Import("pyiceberg", 1, False)], id="from-import"
+        ),
         pytest.param("app/x.py", "from __future__ import annotations", [], id="future-import-is-not-a-dependency"),
-        pytest.param("app/x.py", "def f():\n    import pyspark", [Import("pyspark", 2, True)],
-                     id="import-inside-a-function-is-lazy"),
-        pytest.param("app/x.py", "async def f():\n    from pyspark.sql import SparkSession",
-                     [Import("pyspark", 2, True)], id="import-inside-an-async-function-is-lazy"),
-        pytest.param("app/x.py", "class C:\n    import pyspark", [Import("pyspark", 2, False)],
-                     id="import-in-a-class-body-runs-at-import-time"),
-        pytest.param("app/x.py", "try:\n    import pyspark\nexcept ImportError:\n    pass",
-                     [Import("pyspark", 2, False)], id="import-inside-try-runs-at-import-time"),
-        pytest.param("app/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyspark",
-                     [Import("typing", 1, False), Import("pyspark", 3, True)], id="type-checking-import-is-lazy"),
-        pytest.param("app/x.py", "import typing\nif typing.TYPE_CHECKING:\n    import pyspark",
-                     [Import("typing", 1, False), Import("pyspark", 3, True)],
-                     id="typing-dot-type-checking-import-is-lazy"),
-        pytest.param("app/x.py", "if TYPE_CHECKING:\n    pass\nelse:\n    import pyspark",
-                     [Import("pyspark", 4, False)], id="else-of-type-checking-runs-at-import-time"),
-        pytest.param("app/x.py", "if DEBUG:\n    import pyspark", [Import("pyspark", 2, False)],
-                     id="other-if-runs-at-import-time"),
-        pytest.param("loaders/formats/csv.py", "from . import x", [Import("loaders", 1, False)],
-                     id="relative-import-resolves-to-own-layer"),
-        pytest.param("loaders/formats/csv.py", "from ..errors import BadHeader", [Import("loaders", 1, False)],
-                     id="parent-relative-import-resolves-to-own-layer"),
-        pytest.param("tables/x.py", "import importlib\nimportlib.import_module('pyspark.sql')",
-                     [Import("importlib", 1, False), Import("pyspark", 2, False)], id="import-module-call"),
-        pytest.param("tables/x.py", "__import__('starlette')", [Import("starlette", 1, False)],
-                     id="dunder-import-call"),
+        pytest.param(
+            "app/x.py",
+            "def f():\n    import pyspark",
+            [Import("pyspark", 2, True)],
+            id="import-inside-a-function-is-lazy",
+        ),
+        pytest.param(
+            "app/x.py",
+            "async def f():\n    from pyspark.sql import SparkSession",
+            [Import("pyspark", 2, True)],
+            id="import-inside-an-async-function-is-lazy",
+        ),
+        pytest.param(
+            "app/x.py",
+            "class C:\n    import pyspark",
+            [Import("pyspark", 2, False)],
+            id="import-in-a-class-body-runs-at-import-time",
+        ),
+        pytest.param(
+            "app/x.py",
+            "try:\n    import pyspark\nexcept ImportError:\n    pass",
+            [Import("pyspark", 2, False)],
+            id="import-inside-try-runs-at-import-time",
+        ),
+        pytest.param(
+            "app/x.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyspark",
+            [Import("typing", 1, False), Import("pyspark", 3, True)],
+            id="type-checking-import-is-lazy",
+        ),
+        pytest.param(
+            "app/x.py",
+            "import typing\nif typing.TYPE_CHECKING:\n    import pyspark",
+            [Import("typing", 1, False), Import("pyspark", 3, True)],
+            id="typing-dot-type-checking-import-is-lazy",
+        ),
+        pytest.param(
+            "app/x.py",
+            "if TYPE_CHECKING:\n    pass\nelse:\n    import pyspark",
+            [Import("pyspark", 4, False)],
+            id="else-of-type-checking-runs-at-import-time",
+        ),
+        pytest.param(
+            "app/x.py",
+            "if DEBUG:\n    import pyspark",
+            [Import("pyspark", 2, False)],
+            id="other-if-runs-at-import-time",
+        ),
+        pytest.param(
+            "loaders/formats/csv.py",
+            "from . import x",
+            [Import("loaders", 1, False)],
+            id="relative-import-resolves-to-own-layer",
+        ),
+        pytest.param(
+            "loaders/formats/csv.py",
+            "from ..errors import BadHeader",
+            [Import("loaders", 1, False)],
+            id="parent-relative-import-resolves-to-own-layer",
+        ),
+        pytest.param(
+            "tables/x.py",
+            "import importlib\nimportlib.import_module('pyspark.sql')",
+            [Import("importlib", 1, False), Import("pyspark", 2, False)],
+            id="import-module-call",
+        ),
+        pytest.param(
+            "tables/x.py", "__import__('starlette')", [Import("starlette", 1, False)], id="dunder-import-call"
+        ),
     ],
 )
 def test_collector_finds_imports(path: str, source: str, expected: list[Import]) -> None:
@@ -164,34 +211,73 @@ def test_collector_finds_imports(path: str, source: str, expected: list[Import])
 @pytest.mark.parametrize(
     ("path", "source", "message_part"),
     [
-        pytest.param("loaders/x.py", "from fastapi import Request", "loaders imports fastapi (only app speaks HTTP)",
-                     id="loaders-importing-fastapi"),
-        pytest.param("sql/x.py", "def f():\n    from starlette.responses import Response",
-                     "sql imports starlette (only app speaks HTTP)", id="sql-importing-starlette-in-a-function"),
-        pytest.param("spark_runner/x.py", "import starlette", "spark_runner imports starlette",
-                     id="spark-runner-importing-starlette"),
-        pytest.param("tables/x.py", "def f():\n    import pyspark",
-                     "tables imports pyspark (tables never touches Spark",
-                     id="tables-importing-pyspark-in-a-function"),
-        pytest.param("loaders/x.py", "if TYPE_CHECKING:\n    from pyspark.sql import DataFrame",
-                     "loaders imports pyspark", id="loaders-importing-pyspark-for-type-checking"),
-        pytest.param("tables/x.py", "from loaders.errors import BadHeader",
-                     "tables imports loaders (imports point down",
-                     id="tables-importing-loaders"),
-        pytest.param("loaders/x.py", "from spark_runner.types import x", "loaders imports spark_runner",
-                     id="loaders-importing-spark-runner"),
+        pytest.param(
+            "loaders/x.py",
+            "from fastapi import Request",
+            "loaders imports fastapi (only app speaks HTTP)",
+            id="loaders-importing-fastapi",
+        ),
+        pytest.param(
+            "sql/x.py",
+            "def f():\n    from starlette.responses import Response",
+            "sql imports starlette (only app speaks HTTP)",
+            id="sql-importing-starlette-in-a-function",
+        ),
+        pytest.param(
+            "spark_runner/x.py",
+            "import starlette",
+            "spark_runner imports starlette",
+            id="spark-runner-importing-starlette",
+        ),
+        pytest.param(
+            "tables/x.py",
+            "def f():\n    import pyspark",
+            "tables imports pyspark (tables never touches Spark",
+            id="tables-importing-pyspark-in-a-function",
+        ),
+        pytest.param(
+            "loaders/x.py",
+            "if TYPE_CHECKING:\n    from pyspark.sql import DataFrame",
+            "loaders imports pyspark",
+            id="loaders-importing-pyspark-for-type-checking",
+        ),
+        pytest.param(
+            "tables/x.py",
+            "from loaders.errors import BadHeader",
+            "tables imports loaders (imports point down",
+            id="tables-importing-loaders",
+        ),
+        pytest.param(
+            "loaders/x.py",
+            "from spark_runner.types import x",
+            "loaders imports spark_runner",
+            id="loaders-importing-spark-runner",
+        ),
         pytest.param("loaders/x.py", "import sql.tokens", "loaders imports sql", id="loaders-importing-sql"),
-        pytest.param("spark_runner/x.py", "from sql.errors import SqlError", "spark_runner imports sql",
-                     id="spark-runner-importing-sql"),
+        pytest.param(
+            "spark_runner/x.py",
+            "from sql.errors import SqlError",
+            "spark_runner imports sql",
+            id="spark-runner-importing-sql",
+        ),
         pytest.param("sql/x.py", "from app.settings import Settings", "sql imports app", id="sql-importing-app"),
-        pytest.param("app/x.py", "from pyspark.sql import SparkSession",
-                     "app imports pyspark at module top level", id="app-importing-pyspark-at-top-level"),
-        pytest.param("app/x.py", "import pyiceberg.catalog", "app imports pyiceberg at module top level",
-                     id="app-importing-pyiceberg-at-top-level"),
+        pytest.param(
+            "app/x.py",
+            "from pyspark.sql import SparkSession",
+            "app imports pyspark at module top level",
+            id="app-importing-pyspark-at-top-level",
+        ),
+        pytest.param(
+            "app/x.py",
+            "import pyiceberg.catalog",
+            "app imports pyiceberg at module top level",
+            id="app-importing-pyiceberg-at-top-level",
+        ),
     ],
 )
-def test_violation_is_reported(path: str, source: str, message_part: str, tmp_path: Path,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_violation_is_reported(
+    path: str, source: str, message_part: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = tmp_path / path
     module.parent.mkdir(parents=True, exist_ok=True)
     module.write_text(source, encoding="utf-8")
@@ -206,17 +292,23 @@ def test_violation_is_reported(path: str, source: str, message_part: str, tmp_pa
         pytest.param("app/x.py", "def f():\n    from pyspark.sql import SparkSession", id="app-pyspark-in-a-function"),
         pytest.param("app/x.py", "if TYPE_CHECKING:\n    import pyiceberg", id="app-pyiceberg-for-type-checking"),
         pytest.param("app/x.py", "import fastapi\nimport sql\nimport tables", id="app-importing-http-and-layers"),
-        pytest.param("sql/x.py", "import pyspark\nimport spark_runner\nimport loaders",
-                     id="sql-importing-lower-layers"),
-        pytest.param("spark_runner/x.py", "import pyspark\nimport loaders\nimport tables",
-                     id="spark-runner-importing-lower-layers"),
-        pytest.param("loaders/x.py", "import sqlglot\nfrom tables.load_spec import Expr",
-                     id="loaders-importing-tables"),
+        pytest.param(
+            "sql/x.py", "import pyspark\nimport spark_runner\nimport loaders", id="sql-importing-lower-layers"
+        ),
+        pytest.param(
+            "spark_runner/x.py",
+            "import pyspark\nimport loaders\nimport tables",
+            id="spark-runner-importing-lower-layers",
+        ),
+        pytest.param(
+            "loaders/x.py", "import sqlglot\nfrom tables.load_spec import Expr", id="loaders-importing-tables"
+        ),
         pytest.param("tables/x.py", "import pyiceberg\nfrom . import errors", id="tables-importing-pyiceberg"),
     ],
 )
-def test_allowed_import_is_not_reported(path: str, source: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allowed_import_is_not_reported(
+    path: str, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = tmp_path / path
     module.parent.mkdir(parents=True, exist_ok=True)
     module.write_text(source, encoding="utf-8")

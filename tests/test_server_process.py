@@ -115,8 +115,11 @@ def first_load(doris: DorisClient) -> tuple[str, httpx.Response]:
     """A new database and unique table with a sequence column, and one stream load into it."""
     db = f"db_{uuid.uuid4().hex[:12]}"
     doris.sql(db, f"CREATE DATABASE {db}")
-    doris.sql(db, 'CREATE TABLE t (k BIGINT, v VARCHAR(32), seq INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 '
-                  'PROPERTIES ("function_column.sequence_col" = "seq")')
+    doris.sql(
+        db,
+        "CREATE TABLE t (k BIGINT, v VARCHAR(32), seq INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        'PROPERTIES ("function_column.sequence_col" = "seq")',
+    )
     resp = doris.stream_load(db, "t", "1,a,2\n1,b,1\n2,c,0\n", headers={"column_separator": ",", "label": "first"})
     return db, resp
 
@@ -136,8 +139,9 @@ def test_stream_load_into_a_new_unique_table_succeeds(first_load: tuple[str, htt
     assert body["Label"] == "first" and body["Message"] == "OK"
 
 
-def test_loaded_rows_read_back_with_the_larger_sequence(doris: DorisClient,
-                                                       first_load: tuple[str, httpx.Response]) -> None:
+def test_loaded_rows_read_back_with_the_larger_sequence(
+    doris: DorisClient, first_load: tuple[str, httpx.Response]
+) -> None:
     db, _ = first_load
     assert doris.rows(db, "SELECT * FROM t ORDER BY k") == [[1, "a", 2], [2, "c", 0]]
 
@@ -149,8 +153,9 @@ def test_loaded_rows_read_back_with_the_larger_sequence(doris: DorisClient,
         pytest.param("transactions.db", id="the transactions live in the data dir from SL_DATA_DIR"),
     ],
 )
-def test_data_dir_comes_from_sl_data_dir(server: ServerProcess, first_load: tuple[str, httpx.Response],
-                                         name: str) -> None:
+def test_data_dir_comes_from_sl_data_dir(
+    server: ServerProcess, first_load: tuple[str, httpx.Response], name: str
+) -> None:
     assert (server.env_data_dir / name).is_file(), sorted(p.name for p in server.env_data_dir.iterdir())
 
 
@@ -174,8 +179,9 @@ def fake_java(directory: Path, version_line: str) -> Path:
     [
         pytest.param(None, None, "Java was not found", id="no java on PATH and no JAVA_HOME"),
         pytest.param("empty", None, "Java was not found", id="JAVA_HOME without bin/java"),
-        pytest.param(None, 'openjdk version "11.0.22" 2024-01-16', "Java 11 is too old",
-                     id="java 11 on PATH is too old"),
+        pytest.param(
+            None, 'openjdk version "11.0.22" 2024-01-16', "Java 11 is too old", id="java 11 on PATH is too old"
+        ),
         pytest.param("old", None, "Java 8 is too old", id="java 1.8 under JAVA_HOME is too old"),
     ],
 )
@@ -197,8 +203,14 @@ def test_start_without_java_17_exits_2_and_says_what_to_install(
     env["PATH"] = os.pathsep.join(path)
     if path_java is None:
         assert not (python_dir / "java").exists(), "the test needs a PATH without java"
-    out = subprocess.run([sys.executable, "-m", "app", "--port", str(free_port())], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out
     assert says in out.stderr and "Java 17" in out.stderr and "openjdk-17" in out.stderr, out.stderr
     assert out.stdout == ""

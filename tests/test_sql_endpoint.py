@@ -17,7 +17,11 @@ def test_result_set_shape(doris: DorisClient, db: str) -> None:
     assert set(body) == {"msg", "code", "data", "count"} and body["msg"] == "success" and body["count"] == 0
     data = body["data"]
     assert data["type"] == "result_set" and isinstance(data["time"], int)
-    assert data["meta"] == [{"name": "k", "type": "INT"}, {"name": "v", "type": "VARCHAR"}, {"name": "d", "type": "DATE"}]
+    assert data["meta"] == [
+        {"name": "k", "type": "INT"},
+        {"name": "v", "type": "VARCHAR"},
+        {"name": "d", "type": "DATE"},
+    ]
     assert data["data"] == [[1, "a", "2024-01-02"], [2, None, None]]
 
 
@@ -33,24 +37,42 @@ def test_exec_status_carries_affected_rows(doris: DorisClient, db: str) -> None:
     [
         pytest.param("SELECT * FROM nosuch", "Unknown table 'nosuch'", id="unknown-table"),
         pytest.param("SELEC 1", "Failed to execute sql: ", id="syntax-error"),
-        pytest.param("SELECT reflect('java.lang.Runtime', 'getRuntime')", "function reflect is not allowed",
-                     id="reflect-refused"),
-        pytest.param("CREATE TABLE bad (k INT, v INT SUM) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
-                     "UNIQUE_KEYS table should not specify aggregate type for non-key column[v]",
-                     id="aggregation-on-unique-value-column"),
-        pytest.param("CREATE TABLE bad (k INT, v INT) UNIQUE KEY(v) DISTRIBUTED BY HASH(v) BUCKETS 1",
-                     "Key columns should be a ordered prefix of the schema", id="keys-not-a-prefix"),
-        pytest.param("CREATE TABLE bad (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                     "PROPERTIES ('function_column.sequence_col' = 'nosuch')",
-                     "The specified sequence column[nosuch] not exists", id="sequence-column-missing"),
-        pytest.param("CREATE TABLE bad (k INT, v VARCHAR(3)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                     "PROPERTIES ('function_column.sequence_col' = 'v')",
-                     "Sequence type only support integer types and date types", id="sequence-column-text"),
-        pytest.param("CREATE TABLE bad (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                     "PROPERTIES ('function_column.sequence_col' = 'k')", "can not be a key column",
-                     id="sequence-column-is-key"),
-        pytest.param("CREATE TABLE bad (k INT, v HLL HLL_UNION) AGGREGATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
-                     "Unsupported data type", id="hll-not-supported"),
+        pytest.param(
+            "SELECT reflect('java.lang.Runtime', 'getRuntime')", "function reflect is not allowed", id="reflect-refused"
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v INT SUM) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+            "UNIQUE_KEYS table should not specify aggregate type for non-key column[v]",
+            id="aggregation-on-unique-value-column",
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v INT) UNIQUE KEY(v) DISTRIBUTED BY HASH(v) BUCKETS 1",
+            "Key columns should be a ordered prefix of the schema",
+            id="keys-not-a-prefix",
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+            "PROPERTIES ('function_column.sequence_col' = 'nosuch')",
+            "The specified sequence column[nosuch] not exists",
+            id="sequence-column-missing",
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v VARCHAR(3)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+            "PROPERTIES ('function_column.sequence_col' = 'v')",
+            "Sequence type only support integer types and date types",
+            id="sequence-column-text",
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+            "PROPERTIES ('function_column.sequence_col' = 'k')",
+            "can not be a key column",
+            id="sequence-column-is-key",
+        ),
+        pytest.param(
+            "CREATE TABLE bad (k INT, v HLL HLL_UNION) AGGREGATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+            "Unsupported data type",
+            id="hll-not-supported",
+        ),
     ],
 )
 def test_errors_have_the_fe_error_shape(doris: DorisClient, db: str, stmt: str, message: str) -> None:
@@ -60,8 +82,9 @@ def test_errors_have_the_fe_error_shape(doris: DorisClient, db: str, stmt: str, 
 
 
 def test_unauthorized_and_missing_statement_shapes(doris: DorisClient, db: str) -> None:
-    resp = httpx.post(f"{doris.base_url}/api/query/default_cluster/{db}", json={"stmt": "SHOW DATABASES"},
-                      auth=("root", "wrong"))
+    resp = httpx.post(
+        f"{doris.base_url}/api/query/default_cluster/{db}", json={"stmt": "SHOW DATABASES"}, auth=("root", "wrong")
+    )
     assert resp.status_code == 200
     assert resp.json()["msg"] == "Unauthorized" and resp.json()["code"] == 401
     body = doris.http.post(f"/api/query/default_cluster/{db}", json={"stmt": ""}).json()
@@ -69,8 +92,9 @@ def test_unauthorized_and_missing_statement_shapes(doris: DorisClient, db: str) 
 
 
 def test_several_statements_run_in_one_session_and_set_lasts_for_the_request(doris: DorisClient, db: str) -> None:
-    doris.sql(db, "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1; "
-                  "INSERT INTO t VALUES (1, 1)")
+    doris.sql(
+        db, "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1; INSERT INTO t VALUES (1, 1)"
+    )
     with_hidden = doris.sql(db, "SET show_hidden_columns = true; SELECT * FROM t")
     assert [m["name"] for m in with_hidden["meta"]] == ["k", "v", "__DORIS_DELETE_SIGN__", "__DORIS_VERSION_COL__"]
     plain = doris.sql(db, "SELECT * FROM t")
@@ -88,10 +112,13 @@ def test_create_database_and_show_databases_need_no_existing_database(doris: Dor
 
 
 def test_show_tables_desc_and_drop_table(doris: DorisClient, db: str) -> None:
-    doris.sql(db, "CREATE TABLE `upsert_test` (`a` bigint(20) NULL COMMENT \"\", `b` int(11) NOT NULL DEFAULT '7', "
-                  "`c` decimal(10,2) NULL) ENGINE=OLAP UNIQUE KEY(`a`) COMMENT \"OLAP\" "
-                  "DISTRIBUTED BY HASH(`a`) BUCKETS 1 PROPERTIES (\"enable_unique_key_merge_on_write\"=\"false\", "
-                  "\"replication_num\" = \"1\")")
+    doris.sql(
+        db,
+        "CREATE TABLE `upsert_test` (`a` bigint(20) NULL COMMENT \"\", `b` int(11) NOT NULL DEFAULT '7', "
+        '`c` decimal(10,2) NULL) ENGINE=OLAP UNIQUE KEY(`a`) COMMENT "OLAP" '
+        'DISTRIBUTED BY HASH(`a`) BUCKETS 1 PROPERTIES ("enable_unique_key_merge_on_write"="false", '
+        '"replication_num" = "1")',
+    )
     assert doris.rows(db, "SHOW TABLES") == [["upsert_test"]]
     assert doris.rows(db, "DESC upsert_test") == [
         ["a", "bigint", "Yes", "true", None, ""],
@@ -106,35 +133,66 @@ def test_show_tables_desc_and_drop_table(doris: DorisClient, db: str) -> None:
 
 
 def test_every_doris_column_type_round_trips(doris: DorisClient, db: str) -> None:
-    doris.sql(db, """CREATE TABLE types (
+    doris.sql(
+        db,
+        """CREATE TABLE types (
         k BIGINT(20) NOT NULL, t TINYINT, s SMALLINT, i INT, l LARGEINT, f FLOAT, d DOUBLE, dec DECIMAL(12,3),
         c CHAR(4), vc VARCHAR(10), st STRING, tx TEXT, dt DATE, dtv DATEV2, ts DATETIME, tsv DATETIMEV2(3), b BOOLEAN
-    ) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1""")
-    line = "1,-128,32767,-5,170141183460469231731687303715884105,1.5,2.25,123456789.125,ab,xyz,long,text," \
-           "2024-02-29,2024-03-01,2024-02-29 12:34:56,2024-02-29 12:34:56,true\n"
+    ) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    line = (
+        "1,-128,32767,-5,170141183460469231731687303715884105,1.5,2.25,123456789.125,ab,xyz,long,text,"
+        "2024-02-29,2024-03-01,2024-02-29 12:34:56,2024-02-29 12:34:56,true\n"
+    )
     assert_doris_result(doris.stream_load(db, "types", line, headers=CSV), loaded=1)
-    assert doris.rows(db, "SELECT * FROM types") == [[
-        1, -128, 32767, -5, 170141183460469231731687303715884105, 1.5, 2.25, 123456789.125, "ab", "xyz", "long",
-        "text", "2024-02-29", "2024-03-01", "2024-02-29 12:34:56", "2024-02-29 12:34:56", True,
-    ]]
+    assert doris.rows(db, "SELECT * FROM types") == [
+        [
+            1,
+            -128,
+            32767,
+            -5,
+            170141183460469231731687303715884105,
+            1.5,
+            2.25,
+            123456789.125,
+            "ab",
+            "xyz",
+            "long",
+            "text",
+            "2024-02-29",
+            "2024-03-01",
+            "2024-02-29 12:34:56",
+            "2024-02-29 12:34:56",
+            True,
+        ]
+    ]
     assert_doris_result(doris.stream_load(db, "types", "2,128,,,,,,,,,,,2024-02-30,,,,\n", headers=CSV), loaded=1)
     assert doris.rows(db, "SELECT t, dt FROM types WHERE k = 2") == [[None, None]]
 
 
-def test_insert_into_sequence_type_table_without_hidden_sequence_gets_null_sequence(doris: DorisClient, db: str) -> None:
-    doris.sql(db, "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                  "PROPERTIES ('function_column.sequence_type' = 'int')")
+def test_insert_into_sequence_type_table_without_hidden_sequence_gets_null_sequence(
+    doris: DorisClient, db: str
+) -> None:
+    doris.sql(
+        db,
+        "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        "PROPERTIES ('function_column.sequence_type' = 'int')",
+    )
     doris.sql(db, "INSERT INTO t (k, v, __DORIS_SEQUENCE_COL__) VALUES (1, 10, 5)")
     doris.sql(db, "INSERT INTO t VALUES (1, 20)")
     assert doris.rows(db, "SET show_hidden_columns=true; SELECT k, v, __DORIS_SEQUENCE_COL__ FROM t") == [[1, 10, 5]]
     doris.sql(db, "INSERT INTO t VALUES (2, 1)")
     assert doris.rows(db, "SET show_hidden_columns=true; SELECT k, v, __DORIS_SEQUENCE_COL__ FROM t WHERE k = 2") == [
-        [2, 1, None]]
+        [2, 1, None]
+    ]
 
 
 def test_insert_with_sequence_col_property_needs_the_mapped_column(doris: DorisClient, db: str) -> None:
-    doris.sql(db, "CREATE TABLE t (k INT, v INT, s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                  "PROPERTIES ('function_column.sequence_col' = 's')")
+    doris.sql(
+        db,
+        "CREATE TABLE t (k INT, v INT, s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        "PROPERTIES ('function_column.sequence_col' = 's')",
+    )
     message = doris.sql_error(db, "INSERT INTO t (k, v) VALUES (1, 1)")
     assert "errCode = 2, detailMessage = Table t has sequence column, need to specify the sequence column" in message
 
@@ -150,8 +208,11 @@ def test_insert_strict_refuses_bad_values_and_changes_nothing(doris: DorisClient
 
 def test_insert_select_goes_through_the_merge(doris: DorisClient, db: str) -> None:
     doris.sql(db, "CREATE TABLE src (k INT, v INT, s INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-    doris.sql(db, "CREATE TABLE dst (k INT, v INT, s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 "
-                  "PROPERTIES ('function_column.sequence_col' = 's')")
+    doris.sql(
+        db,
+        "CREATE TABLE dst (k INT, v INT, s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 "
+        "PROPERTIES ('function_column.sequence_col' = 's')",
+    )
     doris.sql(db, "INSERT INTO src VALUES (1, 10, 3), (1, 20, 1), (2, 5, 5)")
     assert doris.sql(db, "INSERT INTO dst SELECT k, v, s FROM src")["status"]["affectedRows"] == 3
     assert doris.rows(db, "SELECT * FROM dst ORDER BY k") == [[1, 10, 3], [2, 5, 5]]

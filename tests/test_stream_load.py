@@ -12,7 +12,9 @@ from tests.helpers import DORIS_LOAD_KEYS, DorisClient, assert_doris_result
 
 SEQ_TABLE = """CREATE TABLE t (k INT NOT NULL, v VARCHAR(8), s INT)
 UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")"""
-PLAIN_TABLE = "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8) NOT NULL, n INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
+PLAIN_TABLE = (
+    "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8) NOT NULL, n INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
+)
 CSV = {"column_separator": ","}
 
 
@@ -49,8 +51,14 @@ def test_reused_label_answers_label_already_exists_with_finished_job(doris: Dori
 def test_failed_load_frees_its_label_and_leaves_nothing(doris: DorisClient, db: str) -> None:
     doris.sql(db, PLAIN_TABLE)
     failed = doris.stream_load(db, "t", "1,a,1\n2,b\n", headers={**CSV, "label": "retry_me"})
-    body = assert_doris_result(failed, status="Fail", message_contains="[DATA_QUALITY_ERROR]too many filtered rows",
-                               total=2, filtered=1, loaded=0)
+    body = assert_doris_result(
+        failed,
+        status="Fail",
+        message_contains="[DATA_QUALITY_ERROR]too many filtered rows",
+        total=2,
+        filtered=1,
+        loaded=0,
+    )
     assert "ErrorURL" in body and body["FirstErrorMsg"].startswith("Reason: actual column number")
     log = httpx.get(body["ErrorURL"]).text
     assert "actual column number in csv file is  less than  schema column number" in log and "src line [2,b]" in log
@@ -70,27 +78,68 @@ def test_get_load_state_of_unknown_label_and_missing_label(doris: DorisClient, d
 @pytest.mark.parametrize(
     "data, headers, counts, expected",
     [
-        pytest.param("1,a,1\n2,b\n3,c,3\n", {"max_filter_ratio": "0.5"}, dict(total=3, loaded=2, filtered=1),
-                     [[1, "a", 1], [3, "c", 3]], id="filtered-rows-within-ratio-succeed-with-error-url"),
-        pytest.param("1,a,x\n", {}, dict(total=1, loaded=1, filtered=0), [[1, "a", None]],
-                     id="non-strict-bad-number-becomes-null"),
-        pytest.param("1,a,1\n2,b,2\n3,c,3\n", {"where": "n > 1"}, dict(total=3, loaded=2, unselected=1),
-                     [[2, "b", 2], [3, "c", 3]], id="where-drops-rows-as-unselected"),
-        pytest.param("1,a,1\n2,b,2\n", {"columns": "k, v, tmp, n = tmp * 10"}, dict(loaded=2),
-                     [[1, "a", 10], [2, "b", 20]], id="derived-column-from-temporary-field"),
+        pytest.param(
+            "1,a,1\n2,b\n3,c,3\n",
+            {"max_filter_ratio": "0.5"},
+            dict(total=3, loaded=2, filtered=1),
+            [[1, "a", 1], [3, "c", 3]],
+            id="filtered-rows-within-ratio-succeed-with-error-url",
+        ),
+        pytest.param(
+            "1,a,x\n",
+            {},
+            dict(total=1, loaded=1, filtered=0),
+            [[1, "a", None]],
+            id="non-strict-bad-number-becomes-null",
+        ),
+        pytest.param(
+            "1,a,1\n2,b,2\n3,c,3\n",
+            {"where": "n > 1"},
+            dict(total=3, loaded=2, unselected=1),
+            [[2, "b", 2], [3, "c", 3]],
+            id="where-drops-rows-as-unselected",
+        ),
+        pytest.param(
+            "1,a,1\n2,b,2\n",
+            {"columns": "k, v, tmp, n = tmp * 10"},
+            dict(loaded=2),
+            [[1, "a", 10], [2, "b", 20]],
+            id="derived-column-from-temporary-field",
+        ),
         pytest.param("1|a|1\n", {"column_separator": "|"}, dict(loaded=1), [[1, "a", 1]], id="pipe-separator"),
-        pytest.param("1\\x01a\\x011\n".encode().decode("unicode_escape"), {"column_separator": "\\x01"},
-                     dict(loaded=1), [[1, "a", 1]], id="invisible-separator-as-hex-escape"),
-        pytest.param("1::a::1||2::b::2||", {"column_separator": "::", "line_delimiter": "||"}, dict(loaded=2),
-                     [[1, "a", 1], [2, "b", 2]], id="multi-character-separators"),
+        pytest.param(
+            b"1\\x01a\\x011\n".decode("unicode_escape"),
+            {"column_separator": "\\x01"},
+            dict(loaded=1),
+            [[1, "a", 1]],
+            id="invisible-separator-as-hex-escape",
+        ),
+        pytest.param(
+            "1::a::1||2::b::2||",
+            {"column_separator": "::", "line_delimiter": "||"},
+            dict(loaded=2),
+            [[1, "a", 1], [2, "b", 2]],
+            id="multi-character-separators",
+        ),
         pytest.param("1,a,\\N\n", {}, dict(loaded=1), [[1, "a", None]], id="backslash-n-is-null"),
-        pytest.param("k,v,n\n1,a,1\n", {"format": "csv_with_names"}, dict(loaded=1), [[1, "a", 1]],
-                     id="csv-with-names-skips-header"),
+        pytest.param(
+            "k,v,n\n1,a,1\n",
+            {"format": "csv_with_names"},
+            dict(loaded=1),
+            [[1, "a", 1]],
+            id="csv-with-names-skips-header",
+        ),
         pytest.param("", {}, dict(total=0, loaded=0), [], id="empty-body-loads-nothing"),
     ],
 )
-def test_csv_load_rules(doris: DorisClient, db: str, data: str, headers: dict[str, str],
-                        counts: dict[str, int], expected: list[list[object]]) -> None:
+def test_csv_load_rules(
+    doris: DorisClient,
+    db: str,
+    data: str,
+    headers: dict[str, str],
+    counts: dict[str, int],
+    expected: list[list[object]],
+) -> None:
     doris.sql(db, PLAIN_TABLE)
     body = assert_doris_result(doris.stream_load(db, "t", data, headers={**CSV, **headers}), **counts)
     assert ("ErrorURL" in body) == bool(body["NumberFilteredRows"])
@@ -107,12 +156,18 @@ def test_csv_load_rules(doris: DorisClient, db: str, data: str, headers: dict[st
         pytest.param("x,a,1\n", {}, 1, id="bad-key-into-not-null-key-is-filtered"),
     ],
 )
-def test_bad_rows_fail_the_load_and_change_nothing(doris: DorisClient, db: str, data: str,
-                                                    headers: dict[str, str], filtered: int) -> None:
+def test_bad_rows_fail_the_load_and_change_nothing(
+    doris: DorisClient, db: str, data: str, headers: dict[str, str], filtered: int
+) -> None:
     doris.sql(db, PLAIN_TABLE)
     assert_doris_result(doris.stream_load(db, "t", "7,keep,7\n", headers=CSV))
-    assert_doris_result(doris.stream_load(db, "t", data, headers={**CSV, **headers}), status="Fail",
-                        message_contains="too many filtered rows", filtered=filtered, loaded=0)
+    assert_doris_result(
+        doris.stream_load(db, "t", data, headers={**CSV, **headers}),
+        status="Fail",
+        message_contains="too many filtered rows",
+        filtered=filtered,
+        loaded=0,
+    )
     assert rows(doris, db) == [[7, "keep", 7]]
 
 
@@ -120,34 +175,51 @@ def test_bad_rows_fail_the_load_and_change_nothing(doris: DorisClient, db: str, 
     "headers, message",
     [
         pytest.param({"merge_type": "UPSERT"}, "Invalid merge type UPSERT", id="unknown-merge-type"),
-        pytest.param({"merge_type": "MERGE"}, "Excepted DELETE ON clause when merge type is MERGE.",
-                     id="merge-without-delete"),
-        pytest.param({"delete": "k=1"}, "Not support DELETE ON clause when merge type is not MERGE.",
-                     id="delete-without-merge"),
-        pytest.param({"strict_mode": "yes"}, "Invalid strict mode format. Must be bool type", id="strict-mode-not-bool"),
+        pytest.param(
+            {"merge_type": "MERGE"}, "Excepted DELETE ON clause when merge type is MERGE.", id="merge-without-delete"
+        ),
+        pytest.param(
+            {"delete": "k=1"}, "Not support DELETE ON clause when merge type is not MERGE.", id="delete-without-merge"
+        ),
+        pytest.param(
+            {"strict_mode": "yes"}, "Invalid strict mode format. Must be bool type", id="strict-mode-not-bool"
+        ),
         pytest.param({"timeout": "soon"}, "Invalid timeout format", id="timeout-not-integer"),
         pytest.param({"max_filter_ratio": "lots"}, "max_filter_ratio", id="max-filter-ratio-not-number"),
         pytest.param({"label": "bad label"}, "Label 'bad label'", id="label-with-space"),
-        pytest.param({"columns": "k, v, n = reflect('java.lang.Runtime', 'getRuntime')"},
-                     "function reflect is not allowed", id="reflect-in-columns"),
-        pytest.param({"where": "java_method('java.lang.System', 'exit', 1) = 1"},
-                     "function java_method is not allowed", id="java-method-in-where"),
+        pytest.param(
+            {"columns": "k, v, n = reflect('java.lang.Runtime', 'getRuntime')"},
+            "function reflect is not allowed",
+            id="reflect-in-columns",
+        ),
+        pytest.param(
+            {"where": "java_method('java.lang.System', 'exit', 1) = 1"},
+            "function java_method is not allowed",
+            id="java-method-in-where",
+        ),
         pytest.param({"where": "k > sleep(1)"}, "function sleep is not allowed", id="sleep-in-where"),
         pytest.param({"columns": "k, v, n = nosuch + 1"}, "Unknown column 'nosuch'", id="unknown-column-in-columns"),
         pytest.param({"where": "nosuch = 1"}, "Unknown column 'nosuch'", id="unknown-column-in-where"),
         pytest.param({"columns": "k, v"}, None, id="unmapped-columns-take-null"),
         pytest.param({"columns": "k, n"}, "Column has no default value. column: v", id="not-null-column-unmapped"),
-        pytest.param({"function_column.sequence_col": "n"}, "There is no sequence column in the table t",
-                     id="sequence-header-on-table-without-sequence"),
+        pytest.param(
+            {"function_column.sequence_col": "n"},
+            "There is no sequence column in the table t",
+            id="sequence-header-on-table-without-sequence",
+        ),
         pytest.param({"format": "json"}, "json", id="json-not-yet"),
     ],
 )
-def test_bad_headers_fail_before_loading_anything(doris: DorisClient, db: str, headers: dict[str, str],
-                                                  message: str | None) -> None:
-    doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8) NOT NULL, n INT) UNIQUE KEY(k) "
-                  "DISTRIBUTED BY HASH(k) BUCKETS 1")
-    resp = doris.stream_load(db, "t", "1,a\n" if headers.get("columns") == "k, v" else "1,a,1\n",
-                             headers={**CSV, **headers})
+def test_bad_headers_fail_before_loading_anything(
+    doris: DorisClient, db: str, headers: dict[str, str], message: str | None
+) -> None:
+    doris.sql(
+        db,
+        "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8) NOT NULL, n INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+    )
+    resp = doris.stream_load(
+        db, "t", "1,a\n" if headers.get("columns") == "k, v" else "1,a,1\n", headers={**CSV, **headers}
+    )
     if message is None:
         assert_doris_result(resp, loaded=1)
         return
@@ -157,13 +229,22 @@ def test_bad_headers_fail_before_loading_anything(doris: DorisClient, db: str, h
 
 
 def test_unknown_database_and_table_fail(doris: DorisClient, db: str) -> None:
-    assert_doris_result(doris.stream_load(db, "nosuch", "1\n"), status="Fail", message_contains="Unknown table 'nosuch'")
-    assert_doris_result(doris.stream_load("nosuchdb", "t", "1\n"), status="Fail",
-                        message_contains="Unknown database 'nosuchdb'")
+    assert_doris_result(
+        doris.stream_load(db, "nosuch", "1\n"), status="Fail", message_contains="Unknown table 'nosuch'"
+    )
+    assert_doris_result(
+        doris.stream_load("nosuchdb", "t", "1\n"), status="Fail", message_contains="Unknown database 'nosuchdb'"
+    )
 
 
-@pytest.mark.parametrize("auth", [pytest.param(None, id="no-credentials"), pytest.param(("root", "x"), id="wrong-password"),
-                                  pytest.param(("bob", ""), id="unknown-user")])
+@pytest.mark.parametrize(
+    "auth",
+    [
+        pytest.param(None, id="no-credentials"),
+        pytest.param(("root", "x"), id="wrong-password"),
+        pytest.param(("bob", ""), id="unknown-user"),
+    ],
+)
 def test_bad_credentials_get_a_doris_fail_and_load_nothing(doris: DorisClient, db: str, auth) -> None:  # type: ignore[no-untyped-def]
     doris.sql(db, PLAIN_TABLE)
     resp = httpx.put(f"{doris.base_url}/api/{db}/t/_stream_load", content=b"1,a,1\n", headers=CSV, auth=auth)
@@ -209,17 +290,26 @@ def test_delete_merge_type_removes_keys_and_lower_sequence_delete_is_ignored(dor
 
 
 def test_sequence_type_table_requires_the_sequence_header(doris: DorisClient, db: str) -> None:
-    doris.sql(db, "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
-                  "PROPERTIES ('function_column.sequence_type' = 'int')")
-    assert_doris_result(doris.stream_load(db, "t", "1,1\n", headers=CSV), status="Fail",
-                        message_contains="Table t has sequence column, need to specify the sequence column")
+    doris.sql(
+        db,
+        "CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        "PROPERTIES ('function_column.sequence_type' = 'int')",
+    )
+    assert_doris_result(
+        doris.stream_load(db, "t", "1,1\n", headers=CSV),
+        status="Fail",
+        message_contains="Table t has sequence column, need to specify the sequence column",
+    )
     assert_doris_result(doris.stream_load(db, "t", "1,1\n", headers={**CSV, "function_column.sequence_col": "v"}))
 
 
 def test_merge_type_on_duplicate_table_is_refused(doris: DorisClient, db: str) -> None:
     doris.sql(db, "CREATE TABLE d (k INT, v INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-    assert_doris_result(doris.stream_load(db, "d", "1,1\n", headers={**CSV, "merge_type": "DELETE"}), status="Fail",
-                        message_contains="load by MERGE or DELETE is only supported in unique tables.")
+    assert_doris_result(
+        doris.stream_load(db, "d", "1,1\n", headers={**CSV, "merge_type": "DELETE"}),
+        status="Fail",
+        message_contains="load by MERGE or DELETE is only supported in unique tables.",
+    )
 
 
 def test_duplicate_table_keeps_every_row(doris: DorisClient, db: str) -> None:
@@ -231,8 +321,20 @@ def test_duplicate_table_keeps_every_row(doris: DorisClient, db: str) -> None:
 def test_curl_chunked_body_and_expect_continue(doris: DorisClient, db: str, tmp_path: Path) -> None:
     doris.sql(db, PLAIN_TABLE)
     data = "".join(f"{i},v{i},{i}\n" for i in range(2000))
-    cmd = ["curl", "-sS", "--location-trusted", "-u", "root:", "-H", "column_separator: ,",
-           "-H", "Expect: 100-continue", "-T", "-", f"{doris.base_url}/api/{db}/t/_stream_load"]
+    cmd = [
+        "curl",
+        "-sS",
+        "--location-trusted",
+        "-u",
+        "root:",
+        "-H",
+        "column_separator: ,",
+        "-H",
+        "Expect: 100-continue",
+        "-T",
+        "-",
+        f"{doris.base_url}/api/{db}/t/_stream_load",
+    ]
     out = subprocess.run(cmd, input=data, capture_output=True, text=True, check=True, timeout=120)
     import json
 

@@ -23,8 +23,7 @@ def column(name: str):  # type: ignore[no-untyped-def]
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def merged(spark, schema: str, rows: list[tuple[Any, ...]], keys: list[str], sequence: str | None,
-           tie_breaker: str):  # type: ignore[no-untyped-def]
+def merged(spark, schema: str, rows: list[tuple[Any, ...]], keys: list[str], sequence: str | None, tie_breaker: str):  # type: ignore[no-untyped-def]
     df = spark.createDataFrame(rows, schema)
     seq = column(sequence) if sequence is not None else None
     return latest_per_key(df, keys, sequence_order(seq, column(tie_breaker)))
@@ -35,21 +34,40 @@ def merged(spark, schema: str, rows: list[tuple[Any, ...]], keys: list[str], seq
     [
         pytest.param([(1, "a", 2, 0), (1, "b", 1, 1)], [(1, "a", 2, 0)], id="higher sequence wins over a later row"),
         pytest.param([(1, "a", 1, 0), (1, "b", 2, 1)], [(1, "b", 2, 1)], id="higher sequence wins over an earlier row"),
-        pytest.param([(1, "b", 5, 3), (1, "a", 9, 1), (1, "c", 7, 2)], [(1, "a", 9, 1)],
-                     id="highest of several sequences wins wherever it stands"),
+        pytest.param(
+            [(1, "b", 5, 3), (1, "a", 9, 1), (1, "c", 7, 2)],
+            [(1, "a", 9, 1)],
+            id="highest of several sequences wins wherever it stands",
+        ),
         pytest.param([(1, "a", 3, 0), (1, "b", 3, 1)], [(1, "b", 3, 1)], id="equal sequence goes to the later row"),
-        pytest.param([(1, "b", 3, 1), (1, "a", 3, 0)], [(1, "b", 3, 1)],
-                     id="equal sequence goes to the later position whatever the input order"),
-        pytest.param([(1, "a", -5, 0), (1, "b", None, 1)], [(1, "a", -5, 0)],
-                     id="null sequence loses to a negative sequence even when later"),
-        pytest.param([(1, "a", 0, 0), (1, "b", None, 1)], [(1, "a", 0, 0)],
-                     id="null sequence loses to sequence zero even when later"),
-        pytest.param([(1, "a", None, 0), (1, "b", -2147483648, 1)], [(1, "b", -2147483648, 1)],
-                     id="smallest integer sequence beats an earlier null sequence"),
-        pytest.param([(1, "a", None, 0), (1, "b", None, 1)], [(1, "b", None, 1)],
-                     id="null against null goes to the later row"),
-        pytest.param([(1, "a", 1, 0), (2, "b", 1, 1), (1, "c", 0, 2), (2, "d", 2, 3)],
-                     [(1, "a", 1, 0), (2, "d", 2, 3)], id="each key is decided on its own"),
+        pytest.param(
+            [(1, "b", 3, 1), (1, "a", 3, 0)],
+            [(1, "b", 3, 1)],
+            id="equal sequence goes to the later position whatever the input order",
+        ),
+        pytest.param(
+            [(1, "a", -5, 0), (1, "b", None, 1)],
+            [(1, "a", -5, 0)],
+            id="null sequence loses to a negative sequence even when later",
+        ),
+        pytest.param(
+            [(1, "a", 0, 0), (1, "b", None, 1)],
+            [(1, "a", 0, 0)],
+            id="null sequence loses to sequence zero even when later",
+        ),
+        pytest.param(
+            [(1, "a", None, 0), (1, "b", -2147483648, 1)],
+            [(1, "b", -2147483648, 1)],
+            id="smallest integer sequence beats an earlier null sequence",
+        ),
+        pytest.param(
+            [(1, "a", None, 0), (1, "b", None, 1)], [(1, "b", None, 1)], id="null against null goes to the later row"
+        ),
+        pytest.param(
+            [(1, "a", 1, 0), (2, "b", 1, 1), (1, "c", 0, 2), (2, "d", 2, 3)],
+            [(1, "a", 1, 0), (2, "d", 2, 3)],
+            id="each key is decided on its own",
+        ),
         pytest.param([(1, "a", 1, 0)], [(1, "a", 1, 0)], id="a single row is kept as it is"),
         pytest.param([], [], id="no rows give no rows"),
     ],
@@ -65,12 +83,21 @@ VERSIONED = "k INT, v STRING, seq INT, version BIGINT"
 @pytest.mark.parametrize(
     "rows, expected",
     [
-        pytest.param([(1, "new", 4, 7), (1, "old", 4, 3)], [(1, "new", 4, 7)],
-                     id="equal sequence goes to the newer version listed first"),
-        pytest.param([(1, "new", 1, 7), (1, "old", 4, 3)], [(1, "old", 4, 3)],
-                     id="higher sequence of an older version still wins"),
-        pytest.param([(1, "new", None, 7), (1, "old", 0, 3)], [(1, "old", 0, 3)],
-                     id="newer version with null sequence loses to an older sequenced row"),
+        pytest.param(
+            [(1, "new", 4, 7), (1, "old", 4, 3)],
+            [(1, "new", 4, 7)],
+            id="equal sequence goes to the newer version listed first",
+        ),
+        pytest.param(
+            [(1, "new", 1, 7), (1, "old", 4, 3)],
+            [(1, "old", 4, 3)],
+            id="higher sequence of an older version still wins",
+        ),
+        pytest.param(
+            [(1, "new", None, 7), (1, "old", 0, 3)],
+            [(1, "old", 0, 3)],
+            id="newer version with null sequence loses to an older sequenced row",
+        ),
     ],
 )
 def test_reads_order_by_sequence_then_version(spark, rows, expected) -> None:  # type: ignore[no-untyped-def]
@@ -81,10 +108,16 @@ def test_reads_order_by_sequence_then_version(spark, rows, expected) -> None:  #
 @pytest.mark.parametrize(
     "rows, expected",
     [
-        pytest.param([(1, "a", 9, 0), (1, "b", 1, 1)], [(1, "b", 1, 1)],
-                     id="without a sequence the later row wins whatever the values"),
-        pytest.param([(1, "b", None, 5), (1, "a", None, 2), (2, "c", None, 0)], [(1, "b", None, 5), (2, "c", None, 0)],
-                     id="without a sequence the largest position wins per key"),
+        pytest.param(
+            [(1, "a", 9, 0), (1, "b", 1, 1)],
+            [(1, "b", 1, 1)],
+            id="without a sequence the later row wins whatever the values",
+        ),
+        pytest.param(
+            [(1, "b", None, 5), (1, "a", None, 2), (2, "c", None, 0)],
+            [(1, "b", None, 5), (2, "c", None, 0)],
+            id="without a sequence the largest position wins per key",
+        ),
     ],
 )
 def test_without_sequence_the_later_row_wins(spark, rows, expected) -> None:  # type: ignore[no-untyped-def]
@@ -98,18 +131,26 @@ COMPOSITE = "a INT, b STRING, v STRING, seq INT, pos BIGINT"
 @pytest.mark.parametrize(
     "rows, expected",
     [
-        pytest.param([(1, "x", "p", 1, 0), (1, "y", "q", 0, 1), (1, "x", "r", 0, 2)],
-                     [(1, "x", "p", 1, 0), (1, "y", "q", 0, 1)],
-                     id="rows sharing only part of a composite key are different keys"),
-        pytest.param([(1, "x", "p", 1, 0), (2, "x", "q", 1, 1), (1, "x", "r", 1, 2)],
-                     [(2, "x", "q", 1, 1), (1, "x", "r", 1, 2)],
-                     id="rows sharing the whole composite key merge"),
-        pytest.param([(None, "x", "p", 1, 0), (None, "x", "q", 2, 1), (None, None, "r", 0, 2), (None, None, "s", 0, 3)],
-                     [(None, "x", "q", 2, 1), (None, None, "s", 0, 3)],
-                     id="null key values group together"),
-        pytest.param([(None, "x", "p", 1, 0), (0, "x", "q", 0, 1), (1, "", "r", 0, 2), (1, None, "s", 0, 3)],
-                     [(None, "x", "p", 1, 0), (0, "x", "q", 0, 1), (1, "", "r", 0, 2), (1, None, "s", 0, 3)],
-                     id="null key is not zero and not the empty string"),
+        pytest.param(
+            [(1, "x", "p", 1, 0), (1, "y", "q", 0, 1), (1, "x", "r", 0, 2)],
+            [(1, "x", "p", 1, 0), (1, "y", "q", 0, 1)],
+            id="rows sharing only part of a composite key are different keys",
+        ),
+        pytest.param(
+            [(1, "x", "p", 1, 0), (2, "x", "q", 1, 1), (1, "x", "r", 1, 2)],
+            [(2, "x", "q", 1, 1), (1, "x", "r", 1, 2)],
+            id="rows sharing the whole composite key merge",
+        ),
+        pytest.param(
+            [(None, "x", "p", 1, 0), (None, "x", "q", 2, 1), (None, None, "r", 0, 2), (None, None, "s", 0, 3)],
+            [(None, "x", "q", 2, 1), (None, None, "s", 0, 3)],
+            id="null key values group together",
+        ),
+        pytest.param(
+            [(None, "x", "p", 1, 0), (0, "x", "q", 0, 1), (1, "", "r", 0, 2), (1, None, "s", 0, 3)],
+            [(None, "x", "p", 1, 0), (0, "x", "q", 0, 1), (1, "", "r", 0, 2), (1, None, "s", 0, 3)],
+            id="null key is not zero and not the empty string",
+        ),
     ],
 )
 def test_composite_keys(spark, rows, expected) -> None:  # type: ignore[no-untyped-def]
@@ -120,10 +161,20 @@ def test_composite_keys(spark, rows, expected) -> None:  # type: ignore[no-untyp
 @pytest.mark.parametrize(
     "schema, keys, rows, expected",
     [
-        pytest.param("k INT", ["k"], [(1,), (1,), (2,), (None,), (None,)], [(1,), (2,), (None,)],
-                     id="a table of one key column keeps each key once"),
-        pytest.param("a INT, b STRING", ["a", "b"], [(1, "x"), (1, "x"), (1, "y")], [(1, "x"), (1, "y")],
-                     id="a table of a composite key keeps each key once"),
+        pytest.param(
+            "k INT",
+            ["k"],
+            [(1,), (1,), (2,), (None,), (None,)],
+            [(1,), (2,), (None,)],
+            id="a table of one key column keeps each key once",
+        ),
+        pytest.param(
+            "a INT, b STRING",
+            ["a", "b"],
+            [(1, "x"), (1, "x"), (1, "y")],
+            [(1, "x"), (1, "y")],
+            id="a table of a composite key keeps each key once",
+        ),
     ],
 )
 def test_table_with_only_key_columns_keeps_one_row_per_key(spark, schema, keys, rows, expected) -> None:  # type: ignore[no-untyped-def]
@@ -135,24 +186,60 @@ def test_table_with_only_key_columns_keeps_one_row_per_key(spark, schema, keys, 
 @pytest.mark.parametrize(
     "schema, keys, sequence, tie_breaker, rows, expected",
     [
-        pytest.param("`date` DATE, `order` STRING, `select` INT, `from` BIGINT", ["date"], "select", "from",
-                     [(DAY, "a", 2, 0), (DAY, "b", 1, 1)], [(DAY, "a", 2, 0)],
-                     id="reserved words as key sequence and tie breaker names"),
-        pytest.param("`my key` INT, `the value` STRING, `seq no` INT, `row pos` BIGINT", ["my key"], "seq no",
-                     "row pos", [(1, "a", 1, 0), (1, "b", 1, 1), (2, "c", 0, 2)], [(1, "b", 1, 1), (2, "c", 0, 2)],
-                     id="names with spaces"),
-        pytest.param("`order` INT, `group` INT, v STRING, s INT, p BIGINT", ["order", "group"], "s", "p",
-                     [(1, 1, "a", 1, 0), (1, 1, "b", 0, 1), (1, 2, "c", 0, 2)], [(1, 1, "a", 1, 0), (1, 2, "c", 0, 2)],
-                     id="a composite key of reserved words"),
-        pytest.param("k INT, `v.x` STRING, s INT, p BIGINT", ["k"], "s", "p",
-                     [(1, "a", 1, 0), (1, "b", 0, 1)], [(1, "a", 1, 0)],
-                     id="a value column with a dot in its name"),
-        pytest.param("`k.a` INT, v STRING, `s.q` INT, `p.o` BIGINT", ["k.a"], "s.q", "p.o",
-                     [(1, "a", 1, 0), (1, "b", 1, 1), (2, "c", 0, 2)], [(1, "b", 1, 1), (2, "c", 0, 2)],
-                     id="key sequence and tie breaker with dots in their names"),
-        pytest.param("`K` INT, `k_` STRING, `__w` INT, pos BIGINT", ["K"], "__w", "pos",
-                     [(1, "a", 1, 0), (1, "b", 0, 1)], [(1, "a", 1, 0)],
-                     id="a column named like the internal winner struct"),
+        pytest.param(
+            "`date` DATE, `order` STRING, `select` INT, `from` BIGINT",
+            ["date"],
+            "select",
+            "from",
+            [(DAY, "a", 2, 0), (DAY, "b", 1, 1)],
+            [(DAY, "a", 2, 0)],
+            id="reserved words as key sequence and tie breaker names",
+        ),
+        pytest.param(
+            "`my key` INT, `the value` STRING, `seq no` INT, `row pos` BIGINT",
+            ["my key"],
+            "seq no",
+            "row pos",
+            [(1, "a", 1, 0), (1, "b", 1, 1), (2, "c", 0, 2)],
+            [(1, "b", 1, 1), (2, "c", 0, 2)],
+            id="names with spaces",
+        ),
+        pytest.param(
+            "`order` INT, `group` INT, v STRING, s INT, p BIGINT",
+            ["order", "group"],
+            "s",
+            "p",
+            [(1, 1, "a", 1, 0), (1, 1, "b", 0, 1), (1, 2, "c", 0, 2)],
+            [(1, 1, "a", 1, 0), (1, 2, "c", 0, 2)],
+            id="a composite key of reserved words",
+        ),
+        pytest.param(
+            "k INT, `v.x` STRING, s INT, p BIGINT",
+            ["k"],
+            "s",
+            "p",
+            [(1, "a", 1, 0), (1, "b", 0, 1)],
+            [(1, "a", 1, 0)],
+            id="a value column with a dot in its name",
+        ),
+        pytest.param(
+            "`k.a` INT, v STRING, `s.q` INT, `p.o` BIGINT",
+            ["k.a"],
+            "s.q",
+            "p.o",
+            [(1, "a", 1, 0), (1, "b", 1, 1), (2, "c", 0, 2)],
+            [(1, "b", 1, 1), (2, "c", 0, 2)],
+            id="key sequence and tie breaker with dots in their names",
+        ),
+        pytest.param(
+            "`K` INT, `k_` STRING, `__w` INT, pos BIGINT",
+            ["K"],
+            "__w",
+            "pos",
+            [(1, "a", 1, 0), (1, "b", 0, 1)],
+            [(1, "a", 1, 0)],
+            id="a column named like the internal winner struct",
+        ),
     ],
 )
 def test_column_names_that_need_quoting(spark, schema, keys, sequence, tie_breaker, rows, expected) -> None:  # type: ignore[no-untyped-def]

@@ -43,8 +43,14 @@ def _rows(services) -> list:  # type: ignore[no-untyped-def,type-arg]
 
 def _maintain(services, **kw):  # type: ignore[no-untyped-def]
     settings = services.settings
-    return run_maintenance(services.catalog, services.txns, staging=settings.resolved_data_dir / "staging",
-                           grace_seconds=kw.pop("grace", 60), snapshot_keep_seconds=kw.pop("keep", 60), **kw)
+    return run_maintenance(
+        services.catalog,
+        services.txns,
+        staging=settings.resolved_data_dir / "staging",
+        grace_seconds=kw.pop("grace", 60),
+        snapshot_keep_seconds=kw.pop("keep", 60),
+        **kw,
+    )
 
 
 def test_orphans_go_but_live_young_and_unresolved_files_stay(services) -> None:  # type: ignore[no-untyped-def]
