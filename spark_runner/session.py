@@ -35,13 +35,23 @@ BASE_CONF: dict[str, str] = {
 def build_session(
     *, master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "doris-stream-load"
 ) -> SparkSession:
-    """Build (or get) the process's SparkSession with the settings every job relies on."""
+    """Build (or get) the process's SparkSession with the settings every job relies on.
+
+    The JVM is started in its own session, so a signal sent to the server's process group (Ctrl-C,
+    `systemctl stop`) reaches only Python, which drains loads in flight before it exits; the JVM
+    still exits with Python, when its stdin pipe closes.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
-    builder = SparkSession.builder.master(master).appName(app_name)
+    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
     for key, value in {**BASE_CONF, **(conf or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        spark_conf.set(key, value)
+    if SparkContext._active_spark_context is None:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+        SparkContext(conf=spark_conf, gateway=gateway)
+    spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -88,10 +88,29 @@ class ServerProcess:
             time.sleep(0.1)
         raise AssertionError(f"log never showed {texts}:\n{self.log_text()[-3000:]}")
 
+    def children(self) -> list[int]:
+        """Processes the server started (the JVM runs in a session of its own)."""
+        assert self.proc is not None
+        out = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid:
+                out.append(int(stat.parent.name))
+        return out
+
     def kill(self) -> None:
-        """SIGKILL the whole process group: Python, the JVM and anything else it started."""
+        """SIGKILL the whole process group and the JVM: nothing of the server survives."""
         if self.proc is None:
             return
+        children = self.children()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:

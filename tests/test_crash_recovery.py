@@ -5,6 +5,7 @@ every other load is absent with its label free. Three rounds; all four points ar
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -127,7 +128,7 @@ def test_sigterm_lets_a_load_in_flight_finish_and_refuses_new_ones(server: Serve
         assert time.monotonic() < deadline, "the slow load never started"
         time.sleep(0.1)
     assert server.proc is not None
-    server.proc.send_signal(signal.SIGTERM)  # the Python process only, as `kill <pid>` or `docker stop` do
+    os.killpg(server.proc.pid, signal.SIGTERM)  # the whole group, as Ctrl-C or `systemctl stop` do
     time.sleep(1.0)
     refused = server.load(DB, "slow", b"3,c\n", label="late")
     assert refused["Status"] == "Fail" and "shutting down" in refused["Message"], refused
