@@ -266,7 +266,12 @@ def run_load_job(
     good = rows.filter(F.col(REASON).isNull() & ~F.col(UNSELECTED))
     table = plan.table
     keys = list(table.key_columns)
-    good = good.repartition(buckets, *[col(k) for k in keys]) if keys else good.repartition(buckets)
+    if buckets == 1:
+        good = good.coalesce(1)  # one partition needs no shuffle: scan, dedup and write in one stage
+    elif keys:
+        good = good.repartition(buckets, *[col(k) for k in keys])
+    else:
+        good = good.repartition(buckets)
     if table.is_unique:
         seq = F.col(SEQ) if table.has_sequence else None
         kept = [k for k in good.columns if k not in (LINE, REASON, UNSELECTED)]

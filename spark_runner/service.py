@@ -38,6 +38,18 @@ class PreparedLoad:
         return self.plan.request
 
 
+PARTITION_BYTES = 32 * 1024 * 1024
+
+
+def write_partitions(buckets: int, load_bytes: int) -> int:
+    """Spark partitions of a rowset: one per bucket for big loads, fewer for small ones.
+
+    A one-row load spread over every bucket pays a task per bucket; small loads group buckets so a
+    file holds the keys of several buckets (still sorted by key), which reads merge the same way.
+    """
+    return max(1, min(buckets, -(-load_bytes // PARTITION_BYTES)))
+
+
 class LoadService:
     """Runs loads end to end; shared by stream load and INSERT."""
 
@@ -117,7 +129,7 @@ class LoadService:
                         directory=rowset.directory,
                         version=rowset.version,
                         field_ids=field_ids,
-                        buckets=prepared.plan.table.buckets,
+                        buckets=write_partitions(prepared.plan.table.buckets, load_bytes),
                     )
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
