@@ -1,12 +1,12 @@
 """The load job: source rows → mapped, converted, filtered, signed and sequenced rows → one rowset.
 
-Steps (each a DataFrame → DataFrame function):
+Steps (each a DataFrame → DataFrame function, each one `selectExpr` of generated Spark SQL):
     map_columns        source fields and derived `columns` expressions, in order
     convert_targets    table columns converted to their types, DEFAULTs, reject reasons (data quality)
-    mark_flags         filtered (reason) and unselected (`where`) flags, observed for the counts
-    sign_and_sequence  delete sign from merge_type / `delete` / a mapped sign; the sequence value
+    mark_flags         unselected (`where`), delete sign from merge_type / `delete` / a mapped sign, sequence
     dedup              one row per key: largest (sequence, position) — `merge.latest_per_key`
-then the rowset is written bucketed by key, sorted, with Iceberg field ids, in one Spark action.
+then the rowset is written bucketed by key, sorted, with Iceberg field ids, in one Spark action whose
+observed metrics are the load's counts.
 """
 
 from __future__ import annotations
@@ -14,24 +14,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from loaders.formats.csv import NULL_MARKER
-from spark_runner.columns import col
 from spark_runner.merge import latest_per_key, sequence_order
 from spark_runner.planning import LoadPlan
-from spark_runner.types import convert, default_value, storage_type, value_type
+from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
 from tables.load_spec import LoadCounts, MergeType
-from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
-from tables.types import DorisType
+from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef
 
 POS = "__pos"
 LINE = "__line"
 NCOLS = "__ncols"
 REASON = "__reason"
 UNSELECTED = "__unselected"
+SIGN = "__sign"
 SEQ = "__seq"
 MAX_ERROR_ROWS = 50
 
@@ -47,22 +46,25 @@ def _field(i: int) -> str:
     return f"__f{i}"
 
 
+def _converted(i: int) -> str:
+    return f"__c{i}"
+
+
 def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped."""
     req = plan.request
     text = spark.read.text(str(path), lineSep=req.line_delimiter)
-    text = text.withColumn(POS, F.monotonically_increasing_id())
+    text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value")
     if req.skip_lines:
-        text = text.filter(F.col(POS) >= req.skip_lines)
-    text = text.filter(F.col("value") != "")
+        text = text.where(f"{POS} >= {req.skip_lines}")
     sep = req.column_separator
     pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
-    parts = F.split(F.col("value"), pattern, -1)
+    parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
     fields = [
-        F.when(F.get(parts, i) == NULL_MARKER, F.lit(None)).otherwise(F.get(parts, i)).alias(_field(i))
+        f"CASE WHEN get(__parts, {i}) = {lit(NULL_MARKER)} THEN NULL ELSE get(__parts, {i}) END AS {_field(i)}"
         for i in range(len(plan.source_fields))
     ]
-    return text.select(F.col(POS), F.col("value").alias(LINE), F.size(parts).alias(NCOLS), *fields)
+    return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
 
 
 def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPlan) -> DataFrame:
@@ -84,140 +86,126 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
     return spark.createDataFrame(data, schema)
 
 
+def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
+    """Rows of a query result (INSERT ... SELECT) as load source fields."""
+    names = df.columns
+    line = "concat_ws(', ', " + ", ".join(f"coalesce(CAST({q(n)} AS STRING), 'NULL')" for n in names) + ")"
+    return df.selectExpr(
+        f"monotonically_increasing_id() AS {POS}",
+        f"{line} AS {LINE}",
+        f"{len(names)} AS {NCOLS}",
+        *[f"CAST({q(n)} AS STRING) AS {_field(i)}" for i, n in enumerate(names)],
+    )
+
+
 def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Name the source fields and evaluate derived columns in order (later ones may use earlier ones)."""
-    out = df.select(POS, LINE, NCOLS, *[F.col(_field(i)).alias(name) for i, name in enumerate(plan.source_fields)])
+    out = df.selectExpr(POS, LINE, NCOLS, *[f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)])
     for mapping in plan.derived:
         assert mapping.expr is not None
-        out = out.withColumn(mapping.name, F.expr(mapping.expr.spark_sql))
+        out = out.selectExpr("*", f"({mapping.expr.spark_sql}) AS {q(mapping.name)}")
     return out
 
 
-def _reason_for(name: str, raw: Column, value: Column, plan: LoadPlan, col_type: DorisType, nullable: bool) -> Column:
-    strict = plan.request.strict_mode
-    reasons = F.lit(None).cast(T.StringType())
-    if not nullable:
-        reasons = F.when(
-            value.isNull(), F.lit(f"column({name}) values is null while columns is not nullable")
-        ).otherwise(reasons)
-    if strict:
-        reasons = F.when(
-            raw.isNotNull() & value.isNull(),
-            F.concat(F.lit(f"column({name}) value is incorrect in strict mode: ["), raw.cast("string"), F.lit("]")),
-        ).otherwise(reasons)
-    if col_type.is_string and col_type.name != "STRING" and col_type.length is not None:
-        reasons = F.when(
-            F.octet_length(value) > col_type.length,
-            F.concat(
-                F.lit(
-                    f"column({name}) the length of input is too long than schema. schema length: "
-                    f"{col_type.length}; actual length: "
-                ),
-                F.octet_length(value).cast("string"),
-            ),
-        ).otherwise(reasons)
-    return reasons
+def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool) -> str:
+    """The first data-quality reason of one column, or NULL: length, then strict conversion, then NOT NULL."""
+    name = column.name
+    checks: list[str] = []
+    t = column.type
+    if t.is_string and t.name != "STRING" and t.length is not None:
+        checks.append(
+            f"CASE WHEN octet_length({value}) > {t.length} THEN concat("
+            f"{lit(f'column({name}) the length of input is too long than schema. schema length: {t.length}; ')}, "
+            f"'actual length: ', CAST(octet_length({value}) AS STRING)) END"
+        )
+    if strict and raw is not None:
+        checks.append(
+            f"CASE WHEN {raw} IS NOT NULL AND {value} IS NULL THEN concat("
+            f"{lit(f'column({name}) value is incorrect in strict mode: [')}, CAST({raw} AS STRING), ']') END"
+        )
+    if not column.nullable:
+        checks.append(
+            f"CASE WHEN {value} IS NULL THEN {lit(f'column({name}) values is null while columns is not nullable')} END"
+        )
+    if not checks:
+        return "CAST(NULL AS STRING)"
+    return checks[0] if len(checks) == 1 else "coalesce(" + ", ".join(checks) + ")"
+
+
+def _count_reason(plan: LoadPlan) -> str:
+    if plan.request.source != "stream_load":
+        return "CAST(NULL AS STRING)"
+    expected = len(plan.source_fields)
+    detail = f"concat({{}}, CAST({NCOLS} AS STRING), {lit(f', schema column number: {expected}')})"
+    more = detail.format(lit("actual column number in csv file is  more than  schema column number.actual number: "))
+    less = detail.format(lit("actual column number in csv file is  less than  schema column number.actual number: "))
+    return f"CASE WHEN {NCOLS} > {expected} THEN {more} WHEN {NCOLS} < {expected} THEN {less} END"
 
 
 def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Convert every table column to its type (or DEFAULT) and record the first reject reason of each row."""
-    expected = len(plan.source_fields)
-    count_reason = (
-        F.when(
-            F.col(NCOLS) > expected,
-            F.concat(
-                F.lit("actual column number in csv file is  more than  schema column number.actual number: "),
-                F.col(NCOLS).cast("string"),
-                F.lit(f", schema column number: {expected}"),
-            ),
-        ).when(
-            F.col(NCOLS) < expected,
-            F.concat(
-                F.lit("actual column number in csv file is  less than  schema column number.actual number: "),
-                F.col(NCOLS).cast("string"),
-                F.lit(f", schema column number: {expected}"),
-            ),
-        )
-        if plan.request.source == "stream_load"
-        else F.lit(None).cast(T.StringType())
-    )
     table_names = {t.column.name.lower() for t in plan.targets}
-    selects: list[Column] = [F.col(POS), F.col(LINE)]
-    reasons: list[Column] = [count_reason]
-    for target in plan.targets:
-        column = target.column
+    loose = [name for name in plan.scope if name.lower() not in table_names]
+    converted: list[str] = []
+    for i, target in enumerate(plan.targets):
         if target.source is None:
-            value = default_value(column)
-            raw = F.lit(None)
+            value = default_sql(target.column)
         else:
-            raw = col(target.source)
-            value = convert(raw, column.type, from_text=target.source in plan.source_fields)
-        selects.append(value.alias(column.name))
-        reasons.append(_reason_for(column.name, raw, value, plan, column.type, column.nullable))
-    # names of the load that are not table columns stay visible to `where` / `delete`
-    for name in plan.scope:
-        if name.lower() not in table_names:
-            selects.append(col(name))
-    return df.select(*selects, F.coalesce(*reasons).alias(REASON))
-
-
-def _integer_sign(value: Column) -> Column:
-    text = F.lower(F.trim(value.cast("string")))
-    return (
-        F.when(text == "true", F.lit(1))
-        .when(text == "false", F.lit(0))
-        .otherwise(convert(value, _tinyint()).cast("int"))
+            value = convert_sql(q(target.source), target.column.type, from_text=target.source in plan.source_fields)
+        converted.append(f"{value} AS {_converted(i)}")
+    raw_names = [q(n) for n in plan.scope]
+    step = df.selectExpr(POS, LINE, NCOLS, *raw_names, *converted)
+    reasons = [_count_reason(plan)] + [
+        _reason_sql(t.column, q(t.source) if t.source else None, _converted(i), plan.request.strict_mode)
+        for i, t in enumerate(plan.targets)
+    ]
+    return step.selectExpr(
+        POS,
+        LINE,
+        *[f"{_converted(i)} AS {q(t.column.name)}" for i, t in enumerate(plan.targets)],
+        *[q(n) for n in loose],
+        f"coalesce({', '.join(reasons)}) AS {REASON}",
     )
-
-
-def _tinyint() -> DorisType:
-    return DorisType(name="TINYINT")
 
 
 def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
-    """Add the unselected flag (`where` not true) and the delete sign and sequence values."""
+    """Add the unselected flag (`where` not true), the delete sign and the sequence value."""
     req = plan.request
     table = plan.table
-    out = df
-    if req.where is not None:
-        out = out.withColumn(
-            UNSELECTED, F.col(REASON).isNull() & ~F.coalesce(F.expr(req.where.spark_sql), F.lit(False))
-        )
-    else:
-        out = out.withColumn(UNSELECTED, F.lit(False))
+    reason = REASON
+    exprs = [f"coalesce(NOT ({req.where.spark_sql}), true)" if req.where is not None else "false"]
     if table.is_unique and table.delete_sign:
         if req.merge_type is MergeType.DELETE:
-            sign = F.lit(1)
+            sign = "1"
         elif req.merge_type is MergeType.MERGE:
             assert req.delete is not None
-            sign = F.when(F.coalesce(F.expr(req.delete.spark_sql), F.lit(False)), F.lit(1)).otherwise(F.lit(0))
+            sign = f"CASE WHEN coalesce(({req.delete.spark_sql}), false) THEN 1 ELSE 0 END"
         elif plan.delete_sign_source is not None:
-            raw = col(plan.delete_sign_source)
-            sign = _integer_sign(raw)
-            out = out.withColumn(
-                REASON,
-                F.coalesce(
-                    F.col(REASON),
-                    F.when(
-                        sign.isNull() | ~sign.isin(0, 1),
-                        F.concat(F.lit(f"column({DELETE_SIGN}) value is invalid: ["), raw.cast("string"), F.lit("]")),
-                    ),
-                ),
+            raw = q(plan.delete_sign_source)
+            text = f"lower(trim(CAST({raw} AS STRING)))"
+            sign = (
+                f"CASE WHEN {text} = 'true' THEN 1 WHEN {text} = 'false' THEN 0 "
+                f"WHEN {text} IN ('0', '1') THEN CAST({text} AS INT) END"
             )
+            bad = lit(f"column({DELETE_SIGN}) value is invalid: [")
+            invalid = f"CASE WHEN ({sign}) IS NULL THEN concat({bad}, CAST({raw} AS STRING), ']') END"
+            reason = f"coalesce({REASON}, {invalid})"
         else:
-            sign = F.lit(0)
-        out = out.withColumn(DELETE_SIGN, sign.cast("int"))
+            sign = "0"
+        exprs.append(f"{sign} AS {SIGN}")
     if table.has_sequence:
         seq_type = table.effective_sequence_type()
         source = plan.sequence_source
         if source is None:
-            seq = F.lit(None).cast(value_type(seq_type))
+            seq = convert_sql("NULL", seq_type, from_text=False)
         elif any(t.column.name == source for t in plan.targets):
-            seq = col(source)
+            seq = q(source)
         else:
-            seq = convert(col(source), seq_type, from_text=source in plan.source_fields)
-        out = out.withColumn(SEQ, seq)
-    return out
+            seq = convert_sql(q(source), seq_type, from_text=source in plan.source_fields)
+        exprs.append(f"{seq} AS {SEQ}")
+    unselected = f"{REASON} IS NULL AND {exprs[0]}"
+    kept = [c for c in df.columns if c != REASON]
+    return df.selectExpr(*[q(c) for c in kept], f"{reason} AS {REASON}", f"{unselected} AS {UNSELECTED}", *exprs[1:])
 
 
 def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:
@@ -225,23 +213,25 @@ def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:
     return mark_flags(convert_targets(map_columns(source, plan), plan), plan)
 
 
-def storage_columns(plan: LoadPlan, field_ids: dict[str, int], version: int) -> list[Column]:
-    """The rowset's columns in table storage order, with their field ids."""
-    table = plan.table
-    cols: list[Column] = []
-    for column in table.all_columns():
+def storage_columns(plan: LoadPlan, version: int) -> list[str]:
+    """The rowset's columns in table storage order, as SQL."""
+    out: list[str] = []
+    for column in plan.table.all_columns():
         if column.name == VERSION_COL:
-            value = F.lit(version)
+            value = str(version)
         elif column.name == SEQUENCE_COL:
-            value = F.col(SEQ)
+            value = SEQ
+        elif column.name == DELETE_SIGN:
+            value = SIGN
         else:
-            value = col(column.name)
-        cols.append(
-            value.cast(storage_type(column.type)).alias(
-                column.name, metadata={"parquet.field.id": field_ids[column.name]}
-            )
-        )
-    return cols
+            value = q(column.name)
+        out.append(f"CAST({value} AS {storage_type_sql(column.type)}) AS {q(column.name)}")
+    return out
+
+
+def with_field_ids(df: DataFrame, field_ids: dict[str, int]) -> DataFrame:
+    """Attach each column's Iceberg field id, which Spark writes into the Parquet schema."""
+    return df.select(*[F.col(q(c)).alias(c, metadata={"parquet.field.id": field_ids[c]}) for c in df.columns])
 
 
 def run_load_job(
@@ -259,26 +249,27 @@ def run_load_job(
     observation = Observation(f"load_{directory.name}")
     rows = rows.observe(
         observation,
-        F.count(F.lit(1)).alias("total"),
-        F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("filtered"),
-        F.sum(F.when(F.col(UNSELECTED), 1).otherwise(0)).alias("unselected"),
+        F.expr("count(1)").alias("total"),
+        F.expr(f"count_if({REASON} IS NOT NULL)").alias("filtered"),
+        F.expr(f"count_if({UNSELECTED})").alias("unselected"),
     )
-    good = rows.filter(F.col(REASON).isNull() & ~F.col(UNSELECTED))
+    good = rows.where(f"{REASON} IS NULL AND NOT {UNSELECTED}")
     table = plan.table
     keys = list(table.key_columns)
     if buckets == 1:
         good = good.coalesce(1)  # one partition needs no shuffle: scan, dedup and write in one stage
     elif keys:
-        good = good.repartition(buckets, *[col(k) for k in keys])
+        good = good.repartition(buckets, *[F.col(q(k)) for k in keys])
     else:
         good = good.repartition(buckets)
+    kept = [c for c in good.columns if c not in (LINE, REASON, UNSELECTED)]
+    good = good.selectExpr(*[q(c) for c in kept])
     if table.is_unique:
-        seq = F.col(SEQ) if table.has_sequence else None
-        kept = [k for k in good.columns if k not in (LINE, REASON, UNSELECTED)]
-        good = latest_per_key(good.select(*kept), keys, sequence_order(seq, F.col(POS)))
-    out = good.select(*storage_columns(plan, field_ids, version))
+        seq = SEQ if table.has_sequence else None
+        good = latest_per_key(good, keys, sequence_order(seq, POS))
+    out = with_field_ids(good.selectExpr(*storage_columns(plan, version)), field_ids)
     if keys:
-        out = out.sortWithinPartitions(*[col(k) for k in keys])
+        out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
     out.write.mode("errorifexists").parquet(str(directory))
     metrics = observation.get
     total = int(metrics.get("total") or 0)
@@ -287,18 +278,7 @@ def run_load_job(
     counts = LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
     errors: list[str] = []
     if filtered:
-        bad = rows.filter(F.col(REASON).isNotNull()).select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
+        bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
     files = sorted(str(p) for p in directory.glob("*.parquet"))
     return JobOutcome(counts=counts, files=files, errors=errors)
-
-
-def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
-    """Rows of a query result (INSERT ... SELECT) as load source fields."""
-    fields = [col(name).cast("string").alias(_field(i)) for i, name in enumerate(df.columns)]
-    return df.select(
-        F.monotonically_increasing_id().alias(POS),
-        F.concat_ws(", ", *[F.coalesce(col(n).cast("string"), F.lit("NULL")) for n in df.columns]).alias(LINE),
-        F.lit(len(df.columns)).alias(NCOLS),
-        *fields,
-    )

@@ -11,9 +11,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_runner.columns import col
 from spark_runner.merge import latest_per_key, sequence_order
-from spark_runner.types import storage_schema, value_type
+from spark_runner.sqltext import q, value_type_sql
+from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 
@@ -33,14 +33,12 @@ def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool =
     table = handle.definition
     df = read_rowsets(spark, handle)
     if table.is_unique:
-        seq = col(SEQUENCE_COL) if table.has_sequence else None
-        df = latest_per_key(df, table.key_columns, sequence_order(seq, col(VERSION_COL)))
+        seq = q(SEQUENCE_COL) if table.has_sequence else None
+        df = latest_per_key(df, table.key_columns, sequence_order(seq, q(VERSION_COL)))
         if table.delete_sign and not show_hidden:
-            df = df.filter(col(DELETE_SIGN) == 0)
-    visible = [col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.columns]
-    if show_hidden:
-        visible += [col(c.name).cast(value_type(c.type)).alias(c.name) for c in table.hidden_columns()]
-    return df.select(*visible)
+            df = df.where(f"{q(DELETE_SIGN)} = 0")
+    columns = list(table.columns) + (list(table.hidden_columns()) if show_hidden else [])
+    return df.selectExpr(*[f"CAST({q(c.name)} AS {value_type_sql(c.type)}) AS {q(c.name)}" for c in columns])
 
 
 _MYSQL_TYPES: list[tuple[type[T.DataType], str]] = [

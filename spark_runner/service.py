@@ -119,7 +119,8 @@ class LoadService:
         try:
             with self.writer.write(req.db, req.table, txn_id=prepared.txn_id, label=req.label) as rowset:
                 self.writer.pauses.hit("job", req.table)
-                field_ids = {c.name: rowset.handle.field_id(c.name) for c in prepared.plan.table.all_columns()}
+                schema = rowset.handle.iceberg.schema()
+                field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
                 with spark_errors():
                     frame: DataFrame = source()
                     outcome = run_load_job(

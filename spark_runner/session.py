@@ -50,7 +50,7 @@ def build_session(
     for key, value in {**BASE_CONF, **(conf or {})}.items():
         spark_conf.set(key, value)
     if SparkContext._active_spark_context is None:
-        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
         SparkContext(conf=spark_conf, gateway=gateway)
     spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_runner.merge import latest_per_key, sequence_order
@@ -19,8 +18,8 @@ ROWS = "k INT, v STRING, seq INT, pos BIGINT"
 
 
 def column(name: str):  # type: ignore[no-untyped-def]
-    """A column by its exact name: the caller builds the order, so the caller quotes."""
-    return F.col("`" + name.replace("`", "``") + "`")
+    """A column by its exact name as SQL text: the caller builds the order, so the caller quotes."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def merged(spark, schema: str, rows: list[tuple[Any, ...]], keys: list[str], sequence: str | None, tie_breaker: str):  # type: ignore[no-untyped-def]
@@ -179,7 +178,7 @@ def test_composite_keys(spark, rows, expected) -> None:  # type: ignore[no-untyp
 )
 def test_table_with_only_key_columns_keeps_one_row_per_key(spark, schema, keys, rows, expected) -> None:  # type: ignore[no-untyped-def]
     df = spark.createDataFrame(rows, schema)
-    out = latest_per_key(df, keys, sequence_order(None, F.lit(0)))
+    out = latest_per_key(df, keys, sequence_order(None, "0"))
     assertDataFrameEqual(out, spark.createDataFrame(expected, schema))
 
 
@@ -272,5 +271,5 @@ def loads(draw: st.DrawFn) -> list[tuple[int, int | None, int]]:
 @given(rows=loads())
 def test_merge_matches_the_doris_rule_on_random_loads(spark, rows) -> None:  # type: ignore[no-untyped-def]
     schema = "k INT, seq INT, pos BIGINT"
-    out = latest_per_key(spark.createDataFrame(rows, schema), ["k"], sequence_order(F.col("seq"), F.col("pos")))
+    out = latest_per_key(spark.createDataFrame(rows, schema), ["k"], sequence_order("`seq`", "`pos`"))
     assert {(r.k, r.seq, r.pos) for r in out.collect()} == doris_winners(rows)
