@@ -1,7 +1,8 @@
 """The single writer: the only code that commits table data or marks a label visible.
 
-Loads to one table are serialised by a per-table lock held from version allocation to commit, so a
-load's version is its commit order and the version written into its rows never lies. The commit
+A load takes its table's next version before its job runs; jobs of concurrent loads run side by side,
+and commits are published strictly in version order, so a load's version is its commit order and the
+version written into its rows never lies. The commit
 happens only on a clean exit of `TableWriter.write`; any exception aborts the transaction and
 removes the rowset's files, so a failed load leaves no trace.
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
 from tables.pause import PausePoints
@@ -34,62 +37,117 @@ class PendingRowset:
     files: list[str] = field(default_factory=list)
 
 
+class _Turnstile:
+    """Versions of one table: handed out in arrival order, published strictly in that order.
+
+    Jobs of concurrent loads run side by side; a load commits only when every lower version has
+    committed or aborted, so a row's version is always its commit order (Doris publishes the same way).
+    """
+
+    def __init__(self, next_version: int) -> None:
+        self.next_version = next_version
+        self.in_flight: list[int] = []
+        self.cond = threading.Condition()
+        self.last_metadata: str | None = None  # metadata location after this writer's last commit
+
+    def take(self) -> int:
+        with self.cond:
+            version = self.next_version
+            self.next_version += 1
+            self.in_flight.append(version)
+            return version
+
+    @contextmanager
+    def turn(self, version: int) -> Iterator[None]:
+        """Wait until every lower version is done; the table is ours until the block ends."""
+        with self.cond:
+            self.cond.wait_for(lambda: min(self.in_flight) == version)
+        yield
+
+    def done(self, version: int) -> None:
+        with self.cond:
+            self.in_flight.remove(version)
+            self.cond.notify_all()
+
+
 class TableWriter:
-    """Per-table serialised commits of rowsets into Iceberg, with their label and version."""
+    """Commits of rowsets into Iceberg with their label and version, in version order per table."""
 
     def __init__(self, catalog: Catalog, txns: TransactionStore, *, pauses: PausePoints | None = None) -> None:
         self._catalog = catalog
         self._txns = txns
         self.pauses = pauses or PausePoints()
-        self._locks: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._turnstiles: dict[str, _Turnstile] = {}
         self._guard = threading.Lock()
 
-    def table_lock(self, db: str, table: str) -> threading.Lock:
+    def _turnstile(self, handle: TableHandle) -> _Turnstile:
+        # keyed by the Iceberg table uuid: a dropped and re-created table starts its own count
+        key = str(handle.iceberg.metadata.table_uuid)
         with self._guard:
-            return self._locks[(db, table.lower())]
+            if key not in self._turnstiles:
+                self._turnstiles[key] = _Turnstile(handle.current_version() + 1)
+            return self._turnstiles[key]
 
     @contextmanager
     def write(self, db: str, table: str, *, txn_id: int, label: str) -> Iterator[PendingRowset]:
         """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE."""
-        with self.table_lock(db, table):
-            handle = self._catalog.load(db, table)
-            version = handle.current_version() + 1
-            pending = PendingRowset(
-                handle=handle,
-                txn_id=txn_id,
-                label=label,
-                version=version,
-                directory=handle.location / "data" / f"txn_{txn_id}",
-            )
-            try:
-                yield pending
+        handle = self._catalog.load(db, table)
+        turnstile = self._turnstile(handle)
+        version = turnstile.take()
+        pending = PendingRowset(
+            handle=handle,
+            txn_id=txn_id,
+            label=label,
+            version=version,
+            directory=handle.location / "data" / f"txn_{txn_id}",
+        )
+        try:
+            yield pending
+            if pending.files:
+                _fsync_files(pending.files, pending.directory)
+            with turnstile.turn(version):
                 if pending.files:
-                    _fsync_files(pending.files, pending.directory)
                     self.pauses.hit("before_commit", handle.definition.name)
-                    handle.iceberg.add_files(
-                        pending.files,
-                        snapshot_properties={
-                            "doris.label": label,
-                            "doris.txn_id": str(txn_id),
-                            VERSION_PROPERTY: str(version),
-                        },
-                        check_duplicate_files=False,
-                    )
+                    if handle.iceberg.metadata_location != turnstile.last_metadata:
+                        handle.iceberg.refresh()  # lower versions (or housekeeping) committed meanwhile
+                    _append(handle, pending, version)
+                    turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
-            except BaseException:
-                shutil.rmtree(pending.directory, ignore_errors=True)
-                self._txns.set_state(txn_id, ABORTED)
-                raise
-            self._txns.set_state(txn_id, VISIBLE)
+                self._txns.set_state(txn_id, VISIBLE)
+        except BaseException:
+            shutil.rmtree(pending.directory, ignore_errors=True)
+            self._txns.set_state(txn_id, ABORTED)
+            raise
+        finally:
+            turnstile.done(version)
 
     def truncate(self, db: str, table: str) -> None:
         """Remove every row of a table in one snapshot, keeping its schema and version counter."""
-        with self.table_lock(db, table):
-            handle = self._catalog.load(db, table)
-            if handle.iceberg.current_snapshot() is None:
-                return
-            version = handle.current_version() + 1
-            handle.iceberg.delete(delete_filter="True", snapshot_properties={VERSION_PROPERTY: str(version)})
+        handle = self._catalog.load(db, table)
+        turnstile = self._turnstile(handle)
+        version = turnstile.take()
+        try:
+            with turnstile.turn(version):
+                handle.iceberg.refresh()
+                if handle.iceberg.current_snapshot() is not None:
+                    handle.iceberg.delete(
+                        delete_filter=AlwaysTrue(), snapshot_properties={VERSION_PROPERTY: str(version)}
+                    )
+        finally:
+            turnstile.done(version)
+
+
+def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
+    """Add the rowset's files in one snapshot; a concurrent housekeeping commit means refresh and retry."""
+    summary = {"doris.label": pending.label, "doris.txn_id": str(pending.txn_id), VERSION_PROPERTY: str(version)}
+    for attempt in range(3):
+        try:
+            handle.iceberg.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
+            return
+        except CommitFailedException:
+            if attempt == 2:
+                raise
+            handle.iceberg.refresh()
 
 
 def _fsync_files(files: list[str], directory: Path) -> None:
