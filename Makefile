@@ -22,5 +22,10 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
+bench: install
+	$(PY) bench/bulk.py
+	$(PY) bench/small.py
+	$(PY) bench/mor.py
+
 clean:
 	rm -rf $(VENV) data

@@ -6,10 +6,9 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, Response
 
-from app.auth import check_basic_auth
+from app.auth import fe_auth_failure
 from app.deps import ServicesDep
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
-from loaders.errors import NotAuthorized
 from tables.errors import DorisError
 
 router = APIRouter()
@@ -34,10 +33,8 @@ async def backends(request: Request, services: ServicesDep) -> Response:
 
 @router.get("/api/{db}/get_load_state")
 async def get_load_state(db: str, request: Request, services: ServicesDep, label: str | None = None) -> Response:
-    try:
-        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
-    except NotAuthorized as exc:
-        return fe_unauthorized(exc.text)
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
     if not label:
         return fe_bad_request("No label selected")
     if not services.catalog.database_exists(db):
@@ -55,10 +52,8 @@ async def load_error_log(services: ServicesDep, file: str = "") -> Response:
 
 @router.get("/api/{db}/{table}/_schema")
 async def table_schema(db: str, table: str, request: Request, services: ServicesDep) -> Response:
-    try:
-        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
-    except NotAuthorized as exc:
-        return fe_unauthorized(exc.text)
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
     try:
         handle = await run_in_threadpool(services.catalog.load, db, table)
     except DorisError as exc:

@@ -30,3 +30,12 @@ def check_basic_auth(headers: Mapping[str, str], password: str) -> str:
     if user not in USERS or not hmac.compare_digest(given.encode(), password.encode()):
         raise NotAuthorized(f"Access denied for user '{user}' (using password: {'YES' if given else 'NO'})")
     return user
+
+
+def fe_auth_failure(headers: Mapping[str, str], password: str) -> str | None:
+    """The reason an FE endpoint refuses these credentials, or None when they are good."""
+    try:
+        check_basic_auth(headers, password)
+    except NotAuthorized as exc:
+        return exc.text
+    return None

@@ -8,10 +8,9 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.auth import check_basic_auth
+from app.auth import fe_auth_failure
 from app.deps import ServicesDep
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
-from loaders.errors import NotAuthorized
 from sql.errors import SqlError
 from sql.results import ResultSet
 from sql.session import Session
@@ -21,10 +20,8 @@ router = APIRouter()
 
 @router.post("/api/query/{ns}/{db}")
 async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Response:
-    try:
-        check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
-    except NotAuthorized as exc:
-        return fe_unauthorized(exc.text)
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
     try:
         body: Any = await request.json()
     except ValueError:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,10 @@ def banner(title: str, what: str) -> None:
     for line in what.strip().splitlines():
         print(f"   {line}")
     print(f"   command: {command_line()}")
-    print(f"   machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
-          "(read results on an otherwise idle machine)")
+    print(
+        f"   machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        "(read results on an otherwise idle machine)"
+    )
     sys.stdout.flush()
 
 
@@ -121,8 +123,17 @@ class Server:
 
     @property
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(self.port),
-                "--data-dir", str(self.data_dir)]
+        return [
+            sys.executable,
+            "-m",
+            "app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
 
     def start(self) -> None:
         self.port = free_port()
@@ -133,8 +144,9 @@ class Server:
         print(f"   server:  SL_SPARK_MASTER={self.spark_master} {shlex.join(self.argv)}  (log {self.log_path})")
         sys.stdout.flush()
         started = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = started + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -213,8 +225,13 @@ class Server:
 
     def load(self, client: httpx.Client, table_name: str, data: bytes, label: str, db: str = DB) -> dict[str, Any]:
         """One stream load over httpx (PUT with Content-Length), `column_separator: ,`."""
-        resp = client.put(f"{self.base_url}/api/{db}/{table_name}/_stream_load", content=data,
-                          headers={"label": label, "column_separator": ","}, auth=AUTH, timeout=300)
+        resp = client.put(
+            f"{self.base_url}/api/{db}/{table_name}/_stream_load",
+            content=data,
+            headers={"label": label, "column_separator": ","},
+            auth=AUTH,
+            timeout=300,
+        )
         try:
             return resp.json()  # type: ignore[no-any-return]
         except ValueError:
@@ -278,9 +295,11 @@ def create_database(server: Server) -> None:
 
 def unique_table_ddl(name: str, buckets: int) -> str:
     """The benchmark table: unique key with a sequence column (Doris DDL)."""
-    return (f"CREATE TABLE {name} (k BIGINT NOT NULL, seq INT, name VARCHAR(32), amount DECIMAL(12,2)) "
-            f"UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS {buckets} "
-            f'PROPERTIES ("function_column.sequence_col" = "seq")')
+    return (
+        f"CREATE TABLE {name} (k BIGINT NOT NULL, seq INT, name VARCHAR(32), amount DECIMAL(12,2)) "
+        f"UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS {buckets} "
+        f'PROPERTIES ("function_column.sequence_col" = "seq")'
+    )
 
 
 def check_success(reply: dict[str, Any], what: str) -> None:
@@ -290,8 +309,10 @@ def check_success(reply: dict[str, Any], what: str) -> None:
 
 # -- CSV data --------------------------------------------------------------------------------
 CSV_COLUMNS = ["k", "seq", "name", "amount"]
-_NAMES = np.array([f"{a}{b}" for a in ("ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
-                   for b in range(100)], dtype=object)  # 1,000 short names
+_NAMES = np.array(
+    [f"{a}{b}" for a in ("ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon") for b in range(100)],
+    dtype=object,
+)  # 1,000 short names
 
 
 def keys_with_duplicates(rows: int, dup_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -327,8 +348,9 @@ def rows_table(keys: np.ndarray, seqs: np.ndarray, rng: np.random.Generator) -> 
 
 def write_csv(tbl: pa.Table, sink: Any) -> None:
     """Doris-style CSV: no header, no quoting, `,` separated."""
-    pacsv.write_csv(tbl, sink, write_options=pacsv.WriteOptions(include_header=False, quoting_style="none",
-                                                                 batch_size=65536))
+    pacsv.write_csv(
+        tbl, sink, write_options=pacsv.WriteOptions(include_header=False, quoting_style="none", batch_size=65536)
+    )
 
 
 def csv_bytes(keys: np.ndarray, seqs: np.ndarray, rng: np.random.Generator) -> bytes:
@@ -355,10 +377,16 @@ def bulk_csv(rows: int, *, dup_fraction: float = 0.2, seed: int = 42) -> tuple[P
     chunk = 1_000_000
     with pa.OSFile(str(tmp), "wb") as sink:
         for start in range(0, rows, chunk):
-            write_csv(rows_table(keys[start:start + chunk], seqs[start:start + chunk], rng), sink)
+            write_csv(rows_table(keys[start : start + chunk], seqs[start : start + chunk], rng), sink)
     tmp.rename(path)
-    meta = {"rows": rows, "distinct_keys": n_distinct, "dup_fraction": dup_fraction, "seed": seed,
-            "bytes": path.stat().st_size, "generate_seconds": round(time.monotonic() - started, 2)}
+    meta = {
+        "rows": rows,
+        "distinct_keys": n_distinct,
+        "dup_fraction": dup_fraction,
+        "seed": seed,
+        "bytes": path.stat().st_size,
+        "generate_seconds": round(time.monotonic() - started, 2),
+    }
     meta_path.write_text(json.dumps(meta))
     meta["cached"] = False
     return path, meta
@@ -372,10 +400,20 @@ def rowset_stats(data_dir: Path, table_name: str, db: str = DB) -> tuple[int, in
     """
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("default", uri=f"sqlite:///{data_dir / 'catalog.db'}",
-                         warehouse=f"file://{data_dir / 'warehouse'}")
+    catalog = SqlCatalog(
+        "default", uri=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}"
+    )
     tbl = catalog.load_table((db, table_name))
     if tbl.current_snapshot() is None:
         return 0, 0
     files = [task.file.file_path for task in tbl.scan().plan_files()]
     return len({f.rsplit("/", 2)[-2] for f in files}), len(files)
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Run a benchmark's main: its exit code, or 1 with the reason when a check failed."""
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -32,19 +32,38 @@ from _common import (  # noqa: E402
     create_database,
     csv_bytes,
     increasing_seq,
+    run_main,
     running_server,
     table,
     unique_table_ddl,
 )
 
-TIMING_FIELDS = ["LoadTimeMs", "ReceiveDataTimeMs", "WriteDataTimeMs", "CommitAndPublishTimeMs",
-                 "BeginTxnTimeMs", "StreamLoadPutTimeMs"]
+TIMING_FIELDS = [
+    "LoadTimeMs",
+    "ReceiveDataTimeMs",
+    "WriteDataTimeMs",
+    "CommitAndPublishTimeMs",
+    "BeginTxnTimeMs",
+    "StreamLoadPutTimeMs",
+]
 
 
 def curl_load(base_url: str, path: Path, label: str) -> tuple[list[str], dict[str, Any], float]:
     """The user's command: curl -T file; returns (argv, reply, wall seconds around curl)."""
-    argv = ["curl", "-sS", "--location-trusted", "-u", "root:", "-H", f"label: {label}",
-            "-H", "column_separator: ,", "-T", str(path), f"{base_url}/api/bench/t/_stream_load"]
+    argv = [
+        "curl",
+        "-sS",
+        "--location-trusted",
+        "-u",
+        "root:",
+        "-H",
+        f"label: {label}",
+        "-H",
+        "column_separator: ,",
+        "-T",
+        str(path),
+        f"{base_url}/api/bench/t/_stream_load",
+    ]
     print(f"   load:    {shlex.join(argv)}")
     sys.stdout.flush()
     started = time.perf_counter()
@@ -67,8 +86,9 @@ def pyarrow_parse(path: Path) -> float:
     tbl = pacsv.read_csv(
         path,
         read_options=pacsv.ReadOptions(column_names=CSV_COLUMNS),
-        convert_options=pacsv.ConvertOptions(column_types={
-            "k": pa.int64(), "seq": pa.int32(), "name": pa.string(), "amount": pa.decimal128(12, 2)}),
+        convert_options=pacsv.ConvertOptions(
+            column_types={"k": pa.int64(), "seq": pa.int32(), "name": pa.string(), "amount": pa.decimal128(12, 2)}
+        ),
     )
     seconds = time.perf_counter() - started
     del tbl
@@ -108,24 +128,29 @@ def main() -> int:
     parser.add_argument("--buckets", type=int, default=8, help="BUCKETS of the table (default 8)")
     parser.add_argument("--seed", type=int, default=42, help="data seed (default 42)")
     parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
-    parser.add_argument("--no-warmup", action="store_true",
-                        help="skip the 1,000-row warm-up load (into another table) before the measured load")
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="skip the 1,000-row warm-up load (into another table) before the measured load",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
     args = parser.parse_args()
 
-    banner("bulk stream load", f"""
+    banner(
+        "bulk stream load",
+        f"""
 One large CSV stream load (curl -T, as Doris users do) into a UNIQUE KEY table with a sequence column,
 wall time around curl; then, on the same file and with the server stopped, pyarrow.csv.read_csv (parse
 only) and DuckDB doing the same job (read CSV, keep max seq per k, write Parquet sorted by k).
 rows={args.rows:,} (20% repeated keys), buckets={args.buckets}; a 1,000-row warm-up load into another table
 runs first (--no-warmup to skip) so the measured load does not include Spark's first-job warm-up.
-""")
+""",
+    )
     path, meta = bulk_csv(args.rows, seed=args.seed)
     mb = meta["bytes"] / 1e6
     origin = "cached" if meta["cached"] else f"generated in {meta['generate_seconds']} s"
-    print(f"   data:    {path} ({mb:.1f} MB, {meta['rows']:,} rows, {meta['distinct_keys']:,} distinct keys, "
-          f"{origin})")
+    print(f"   data:    {path} ({mb:.1f} MB, {meta['rows']:,} rows, {meta['distinct_keys']:,} distinct keys, {origin})")
 
     label = f"bulk_{args.rows}_{int(time.time())}"
     with running_server(spark_master=args.spark_master, keep=args.keep) as server:
@@ -160,35 +185,64 @@ runs first (--no-warmup to skip) so the measured load does not include Spark's f
 
     ours_mbs, pa_mbs, duck_mbs = mb / load_s, mb / pa_s, mb / duck_s
     print()
-    print(table(
-        ["", "seconds", "MB/s", "rows/s", "throughput vs ours"],
-        [["ours: stream load (curl)", load_s, ours_mbs, args.rows / load_s, "1"],
-         ["pyarrow read_csv (parse only)", pa_s, pa_mbs, args.rows / pa_s, f"ours/pyarrow = {ours_mbs / pa_mbs:.3f}"],
-         ["DuckDB csv->dedup->parquet", duck_s, duck_mbs, args.rows / duck_s,
-          f"ours/duckdb = {ours_mbs / duck_mbs:.3f}"]],
-    ))
-    print(f"\n   file {mb:.1f} MB, {args.rows:,} rows, {meta['distinct_keys']:,} distinct keys, "
-          f"buckets {args.buckets}")
+    print(
+        table(
+            ["", "seconds", "MB/s", "rows/s", "throughput vs ours"],
+            [
+                ["ours: stream load (curl)", load_s, ours_mbs, args.rows / load_s, "1"],
+                [
+                    "pyarrow read_csv (parse only)",
+                    pa_s,
+                    pa_mbs,
+                    args.rows / pa_s,
+                    f"ours/pyarrow = {ours_mbs / pa_mbs:.3f}",
+                ],
+                [
+                    "DuckDB csv->dedup->parquet",
+                    duck_s,
+                    duck_mbs,
+                    args.rows / duck_s,
+                    f"ours/duckdb = {ours_mbs / duck_mbs:.3f}",
+                ],
+            ],
+        )
+    )
+    print(f"\n   file {mb:.1f} MB, {args.rows:,} rows, {meta['distinct_keys']:,} distinct keys, buckets {args.buckets}")
     print("   server reply timings (ms): " + ", ".join(f"{f}={reply.get(f)}" for f in TIMING_FIELDS))
-    print(f"   SELECT count(*) after the load: {count_s * 1000:.0f} ms; warm-up load: "
-          + ("skipped (--no-warmup: the measured load includes the first Spark job)" if warm_s is None
-             else f"{warm_s:.2f} s"))
+    print(
+        f"   SELECT count(*) after the load: {count_s * 1000:.0f} ms; warm-up load: "
+        + (
+            "skipped (--no-warmup: the measured load includes the first Spark job)"
+            if warm_s is None
+            else f"{warm_s:.2f} s"
+        )
+    )
     if args.json:
-        print(json.dumps({
-            "bench": "bulk", "rows": args.rows, "distinct_keys": meta["distinct_keys"], "buckets": args.buckets,
-            "file_mb": round(mb, 2), "load_s": round(load_s, 3), "load_mb_s": round(ours_mbs, 2),
-            "load_rows_s": round(args.rows / load_s), "pyarrow_s": round(pa_s, 3), "pyarrow_mb_s": round(pa_mbs, 2),
-            "duckdb_s": round(duck_s, 3), "duckdb_mb_s": round(duck_mbs, 2),
-            "ours_over_pyarrow": round(ours_mbs / pa_mbs, 4), "ours_over_duckdb": round(ours_mbs / duck_mbs, 4),
-            "count_ms": round(count_s * 1000), "warmup_s": None if warm_s is None else round(warm_s, 3),
-            **{f: reply.get(f) for f in TIMING_FIELDS},
-        }))
+        print(
+            json.dumps(
+                {
+                    "bench": "bulk",
+                    "rows": args.rows,
+                    "distinct_keys": meta["distinct_keys"],
+                    "buckets": args.buckets,
+                    "file_mb": round(mb, 2),
+                    "load_s": round(load_s, 3),
+                    "load_mb_s": round(ours_mbs, 2),
+                    "load_rows_s": round(args.rows / load_s),
+                    "pyarrow_s": round(pa_s, 3),
+                    "pyarrow_mb_s": round(pa_mbs, 2),
+                    "duckdb_s": round(duck_s, 3),
+                    "duckdb_mb_s": round(duck_mbs, 2),
+                    "ours_over_pyarrow": round(ours_mbs / pa_mbs, 4),
+                    "ours_over_duckdb": round(ours_mbs / duck_mbs, 4),
+                    "count_ms": round(count_s * 1000),
+                    "warmup_s": None if warm_s is None else round(warm_s, 3),
+                    **{f: reply.get(f) for f in TIMING_FIELDS},
+                }
+            )
+        )
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

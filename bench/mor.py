@@ -32,6 +32,7 @@ from _common import (  # noqa: E402
     increasing_seq,
     median,
     rowset_stats,
+    run_main,
     running_server,
     table,
     unique_table_ddl,
@@ -68,11 +69,14 @@ def main() -> int:
     rows = args.rows_per_load
     key_space = 2 * rows
 
-    banner("merge-on-read query cost", f"""
+    banner(
+        "merge-on-read query cost",
+        f"""
 Loads of {rows:,} rows each (keys drawn from a space of {key_space:,}, so batches overlap) into a UNIQUE KEY
 table with a sequence column, {args.buckets} buckets. After {", ".join(map(str, checkpoints))} loads: client-side
 median of {args.runs} runs of `SELECT count(*) FROM m` and of a point lookup `SELECT * FROM m WHERE k = ...`.
-""")
+""",
+    )
     rng = np.random.default_rng(args.seed)
     best_seq = np.full(key_space, -1, dtype=np.int64)  # expected winner's seq per key index
     lookup_idx = -1
@@ -110,26 +114,36 @@ median of {args.runs} runs of `SELECT count(*) FROM m` and of a point lookup `SE
                 got = data["data"]
                 if len(got) != 1 or got[0][0] != key or got[0][1] != best_seq[lookup_idx]:
                     raise BenchError(f"after {done} loads: k = {key} gave {got}, expected seq {best_seq[lookup_idx]}")
-                last = load_ms[-min(len(load_ms), 5):]
+                last = load_ms[-min(len(load_ms), 5) :]
                 results.append([done, rowsets, files, expected, count_ms, point_ms, sum(last) / len(last)])
-                print(f"   after {done} loads: {rowsets} rowsets, {files} files, count(*) {count_ms:.0f} ms, "
-                      f"point lookup {point_ms:.0f} ms")
+                print(
+                    f"   after {done} loads: {rowsets} rowsets, {files} files, count(*) {count_ms:.0f} ms, "
+                    f"point lookup {point_ms:.0f} ms"
+                )
                 sys.stdout.flush()
 
     print()
-    print(table(["loads", "rowsets", "data files", "rows (keys)", "count(*) ms", "point lookup ms",
-                 "load ms (last <=5)"], results))
+    print(
+        table(
+            ["loads", "rowsets", "data files", "rows (keys)", "count(*) ms", "point lookup ms", "load ms (last <=5)"],
+            results,
+        )
+    )
     print(f"\n   medians of {args.runs} runs, client-side over HTTP; every load Success, answers checked")
     if args.json:
         keys = ["loads", "rowsets", "files", "keys", "count_ms", "point_ms", "load_ms"]
-        print(json.dumps({"bench": "mor", "rows_per_load": rows, "buckets": args.buckets,
-                          "results": [dict(zip(keys, r, strict=True)) for r in results]}))
+        print(
+            json.dumps(
+                {
+                    "bench": "mor",
+                    "rows_per_load": rows,
+                    "buckets": args.buckets,
+                    "results": [dict(zip(keys, r, strict=True)) for r in results],
+                }
+            )
+        )
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

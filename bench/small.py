@@ -27,6 +27,7 @@ from _common import (  # noqa: E402
     banner,
     create_database,
     percentile,
+    run_main,
     running_server,
     table,
     unique_table_ddl,
@@ -57,8 +58,16 @@ class Loader:
 
 
 def stats(name: str, lat: list[float], server_ms: list[int], wall: float) -> list[Any]:
-    return [name, len(lat), len(lat) / wall, percentile(lat, 50), percentile(lat, 99), sum(lat) / len(lat),
-            max(lat), percentile([float(v) for v in server_ms], 50)]
+    return [
+        name,
+        len(lat),
+        len(lat) / wall,
+        percentile(lat, 50),
+        percentile(lat, 99),
+        sum(lat) / len(lat),
+        max(lat),
+        percentile([float(v) for v in server_ms], 50),
+    ]
 
 
 def main() -> int:
@@ -72,11 +81,14 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
     args = parser.parse_args()
 
-    banner("small stream loads", f"""
+    banner(
+        "small stream loads",
+        f"""
 One-row CSV stream loads (httpx, distinct labels) into a UNIQUE KEY table with a sequence column.
 {WARMUP} warm-up loads, then {args.sequential} sequential loads timed one by one (client-side latency), then
 {args.clients} concurrent client threads x {args.per_client} loads each: total loads/s and latency.
-""")
+""",
+    )
     run = str(int(time.time()))
     rows: list[list[Any]] = []
     with running_server(spark_master=args.spark_master, keep=args.keep) as server:
@@ -114,8 +126,11 @@ One-row CSV stream loads (httpx, distinct labels) into a UNIQUE KEY table with a
         conc_wall = time.perf_counter() - started
         n += total
         if results:
-            rows.append(stats(f"concurrent ({args.clients} clients)", [r[0] for r in results],
-                              [r[1] for r in results], conc_wall))
+            rows.append(
+                stats(
+                    f"concurrent ({args.clients} clients)", [r[0] for r in results], [r[1] for r in results], conc_wall
+                )
+            )
 
         if loader.failures:
             raise BenchError(f"{len(loader.failures)} load(s) not Success, first: {json.dumps(loader.failures[0])}")
@@ -133,8 +148,4 @@ One-row CSV stream loads (httpx, distinct labels) into a UNIQUE KEY table with a
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)
