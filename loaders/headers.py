@@ -84,8 +84,23 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
-    if _bool(headers, "partial_columns") or ((_get(headers, "unique_key_update_mode") or "UPSERT").upper() != "UPSERT"):
-        raise BadHeader("partial column update is not supported by this server yet")
+    mode_raw = _get(headers, "unique_key_update_mode")
+    if mode_raw is not None:
+        mode = mode_raw.upper()
+        if mode not in ("UPSERT", "UPDATE_FIXED_COLUMNS", "UPDATE_FLEXIBLE_COLUMNS"):
+            raise BadHeader(
+                f"Invalid unique_key_partial_mode {mode_raw}, must be one of 'UPSERT', 'UPDATE_FIXED_COLUMNS' "
+                "or 'UPDATE_FLEXIBLE_COLUMNS'"
+            )
+        if mode == "UPDATE_FLEXIBLE_COLUMNS":
+            raise BadHeader("unique_key_update_mode UPDATE_FLEXIBLE_COLUMNS is not supported by this server yet")
+        partial_columns = mode == "UPDATE_FIXED_COLUMNS"
+    else:
+        partial_columns = _bool(headers, "partial_columns")
+    behavior_raw = _get(headers, "partial_update_new_key_behavior")
+    behavior = (behavior_raw or "APPEND").upper()
+    if behavior not in ("APPEND", "ERROR"):
+        raise BadHeader(f"Invalid partial_update_new_key_behavior {behavior_raw}, must be one of {{'APPEND', 'ERROR'}}")
     if _get(headers, "two_phase_commit") == "true":
         raise BadHeader("Two phase commit (2PC) for stream load is not supported by this server yet")
     group_commit = _get(headers, "group_commit")
@@ -149,4 +164,6 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         strict_mode=(strict_raw or "false").lower() == "true",
         timeout_s=timeout_s,
         comment=headers.get("comment", ""),
+        partial_columns=partial_columns,
+        partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
     )

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
 from spark_runner.merge import latest_per_key, sequence_order
 from spark_runner.planning import LoadPlan
@@ -158,6 +159,7 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     reasons = [_count_reason(plan)] + [
         _reason_sql(t.column, q(t.source) if t.source else None, _converted(i), plan.request.strict_mode)
         for i, t in enumerate(plan.targets)
+        if t.source is not None or not plan.partial  # unlisted columns of a partial update come from the table
     ]
     return step.selectExpr(
         POS,
@@ -213,6 +215,67 @@ def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:
     return mark_flags(convert_targets(map_columns(source, plan), plan), plan)
 
 
+NEW_KEY = "__new"
+
+
+def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> DataFrame:
+    """Partial update: unlisted columns keep the stored row's values (contract §6.8).
+
+    A key whose stored row is missing or deleted is a new row: unlisted columns take their DEFAULT.
+    A load that does not set the sequence keeps the stored row's sequence. Marks new rows in `__new`.
+    """
+    table = plan.table
+    keys = table.key_columns
+    hidden = {c.name for c in table.hidden_columns()}
+    picked = [f"{q(k)} AS __sk{i}" for i, k in enumerate(keys)]
+    picked += [f"{q(c.name)} AS __sv{i}" for i, c in enumerate(table.columns)]
+    picked.append(f"{q(DELETE_SIGN)} AS __ssign" if DELETE_SIGN in hidden else "0 AS __ssign")
+    picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if SEQUENCE_COL in hidden else "NULL AS __sseq")
+    on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
+    joined = batch.join(stored.selectExpr(*picked, "true AS __sfound"), on=F.expr(on), how="left")
+    live = "(coalesce(__sfound, false) AND __ssign = 0)"
+    listed = {t.column.name for t in plan.targets if t.source is not None}
+    out = [
+        q(c.name)
+        if c.name in listed or c.is_key
+        else f"CASE WHEN {live} THEN __sv{i} ELSE {q(c.name)} END AS {q(c.name)}"
+        for i, c in enumerate(table.columns)
+    ]
+    rest = [c for c in batch.columns if c not in {col.name for col in table.columns}]
+    for name in rest:
+        if name == SEQ and plan.inherit_sequence:
+            # a new key gets the mapped column's value (its DEFAULT), or no sequence on a sequence_type table
+            fresh = SEQ if table.sequence_col else f"CAST(NULL AS {storage_type_sql(table.effective_sequence_type())})"
+            out.append(f"CASE WHEN coalesce(__sfound, false) THEN __sseq ELSE {fresh} END AS {SEQ}")
+        else:
+            out.append(q(name))
+    deleting = f"{SIGN} = 1" if SIGN in batch.columns else "false"
+    out.append(f"NOT {live} AND NOT ({deleting}) AS {NEW_KEY}")
+    return joined.selectExpr(*out)
+
+
+def check_new_keys(plan: LoadPlan, new_rows: int, first_new_key: str | None) -> None:
+    """Doris's rules for new keys in a partial update: ERROR policy, and unlisted NOT NULL columns.
+
+    Raises:
+        LoadError: with Doris's message.
+    """
+    if not new_rows:
+        return
+    if plan.request.partial_update_new_key_behavior == "ERROR":
+        raise LoadError(
+            "[E-7003]Can't append new rows in partial update when partial_update_new_key_behavior is ERROR. "
+            f"Row with key=[{first_new_key}] is not in table."
+        )
+    for target in plan.targets:
+        col = target.column
+        if target.source is None and not col.nullable and not col.has_default:
+            raise LoadError(
+                f"the unmentioned column `{col.name}` should have default value or be nullable for newly "
+                "inserted rows in non-strict mode partial update"
+            )
+
+
 def storage_columns(plan: LoadPlan, version: int) -> list[str]:
     """The rowset's columns in table storage order, as SQL."""
     out: list[str] = []
@@ -243,6 +306,7 @@ def run_load_job(
     version: int,
     field_ids: dict[str, int],
     buckets: int,
+    stored: DataFrame | None = None,
 ) -> JobOutcome:
     """Run the load as one Spark action writing the rowset; counts come from an observation of that action."""
     rows = prepare_rows(source, plan)
@@ -265,12 +329,29 @@ def run_load_job(
     kept = [c for c in good.columns if c not in (LINE, REASON, UNSELECTED)]
     good = good.selectExpr(*[q(c) for c in kept])
     if table.is_unique:
-        seq = SEQ if table.has_sequence else None
+        # a partial update that keeps the stored sequence orders its own rows by position only
+        seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
         good = latest_per_key(good, keys, sequence_order(seq, POS))
+    partial_metrics: Observation | None = None
+    if plan.partial:
+        assert stored is not None, "a partial update reads the table's current rows"
+        good = fill_from_stored(good, stored, plan)
+        key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
+        partial_metrics = Observation(f"partial_{directory.name}")
+        good = good.observe(
+            partial_metrics,
+            F.expr(f"count_if({NEW_KEY})").alias("new_rows"),
+            F.expr(f"min_by(CASE WHEN {NEW_KEY} THEN {key_text} END, CASE WHEN {NEW_KEY} THEN {POS} END)").alias(
+                "first_new_key"
+            ),
+        )
     out = with_field_ids(good.selectExpr(*storage_columns(plan, version)), field_ids)
     if keys:
         out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
     out.write.mode("errorifexists").parquet(str(directory))
+    if partial_metrics is not None:
+        found = partial_metrics.get
+        check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
     metrics = observation.get
     total = int(metrics.get("total") or 0)
     filtered = int(metrics.get("filtered") or 0)

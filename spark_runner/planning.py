@@ -30,6 +30,8 @@ class LoadPlan:
     targets: tuple[Target, ...]  # visible columns in table order
     delete_sign_source: str | None  # scope name of a mapped delete sign (APPEND)
     sequence_source: str | None  # a visible column (its stored value) or a scope name; None → NULL
+    partial: bool = False  # fixed partial-column update: unlisted columns keep their stored values
+    inherit_sequence: bool = False  # partial update that does not set the sequence: keep the stored one
 
     @property
     def scope(self) -> tuple[str, ...]:
@@ -81,10 +83,11 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
             _check_refs(m.expr, known, "columns")
         known[m.name.lower()] = m.name
 
+    partial = _is_partial(request, table, known)
     targets: list[Target] = []
     for col in table.columns:
         source = known.get(col.name.lower())
-        if source is None and not col.has_default and not col.nullable:
+        if source is None and not col.has_default and not col.nullable and not partial:
             raise AnalysisError(f"Column has no default value. column: {col.name}")
         targets.append(Target(column=col, source=source))
 
@@ -95,6 +98,7 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
     delete_sign_source = known.get(DELETE_SIGN.lower()) if table.is_unique and table.delete_sign else None
 
     sequence_source: str | None = None
+    inherit_sequence = False
     if not table.has_sequence:
         if request.sequence_col:
             raise AnalysisError(f"There is no sequence column in the table {table.name}")
@@ -104,7 +108,9 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         # the table maps the sequence to a real column: the header is ignored
         mapped = table.column(table.sequence_col)
         assert mapped is not None
-        if (
+        if partial and mapped.name.lower() not in known:
+            inherit_sequence = True  # the row keeps its stored sequence (contract §6.8)
+        elif (
             mapped.name.lower() not in known
             and request.merge_type is not MergeType.DELETE
             and not mapped.default_is_current_timestamp
@@ -115,6 +121,10 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         if request.sequence_col.lower() not in known:
             raise AnalysisError(f"Unknown column '{request.sequence_col}' in 'function_column.sequence_col'")
         sequence_source = known[request.sequence_col.lower()]
+        if partial and table.column(sequence_source) is not None:
+            # Doris leaves the hidden sequence of a partial update unchanged when the header names a
+            # table column (conformance seq_type_partial_vs_full_loads); a load-only column sets it
+            inherit_sequence = True
     elif request.source == "stream_load":
         raise _need_sequence(table)
 
@@ -126,4 +136,27 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         targets=tuple(targets),
         delete_sign_source=delete_sign_source,
         sequence_source=sequence_source,
+        partial=partial,
+        inherit_sequence=inherit_sequence,
     )
+
+
+def _is_partial(request: LoadRequest, table: TableDef, known: dict[str, str]) -> bool:
+    """A fixed partial-column update, or a plain upsert when it lists no columns or every column.
+
+    Raises:
+        AnalysisError: the table is not merge-on-write unique, or a key column is missing.
+    """
+    if not request.partial_columns:
+        return False
+    if not (table.is_unique and table.merge_on_write):
+        raise AnalysisError("Only unique key merge on write support partial update")
+    if request.columns is None:
+        return False
+    listed = {c.name.lower() for c in table.columns if c.name.lower() in known}
+    if listed == {c.name.lower() for c in table.columns}:
+        return False
+    missing = [k for k in table.key_columns if k.lower() not in listed]
+    if missing:
+        raise AnalysisError(f"Partial update should include all key columns, missing: {', '.join(missing)}")
+    return True

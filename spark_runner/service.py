@@ -15,6 +15,7 @@ from loaders.errors import DataQualityError, LoadError
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import JobOutcome, csv_source, frame_source, rows_source, run_load_job
 from spark_runner.planning import LoadPlan, plan_load
+from spark_runner.queries import merged_rows
 from tables.catalog import Catalog
 from tables.commit import TableWriter
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
@@ -117,7 +118,10 @@ class LoadService:
         write_started = time.monotonic()
         commit_ms = 0
         try:
-            with self.writer.write(req.db, req.table, txn_id=prepared.txn_id, label=req.label) as rowset:
+            plan = prepared.plan
+            with self.writer.write(
+                req.db, req.table, txn_id=prepared.txn_id, label=req.label, exclusive=plan.partial
+            ) as rowset:
                 self.writer.pauses.hit("job", req.table)
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
@@ -131,6 +135,9 @@ class LoadService:
                         version=rowset.version,
                         field_ids=field_ids,
                         buckets=write_partitions(prepared.plan.table.buckets, load_bytes),
+                        # a partial update reads the rows it updates; it runs in its commit turn, so
+                        # nothing commits between this read and its own commit
+                        stored=merged_rows(self.spark, rowset.handle, show_hidden=True) if plan.partial else None,
                     )
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files

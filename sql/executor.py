@@ -201,16 +201,15 @@ class SqlExecutor:
         table_node, columns = insert_target(tree)
         handle = self.catalog.load(table_node.db or session.db, table_node.name)
         table = handle.definition
-        if (
-            columns is not None
-            and session.flag("enable_unique_key_partial_update")
-            and table.is_unique
-            and table.merge_on_write
-        ):
-            raise SqlError("partial column update is not supported by this server yet")
         rows = values_rows(tree, self.spark)
+        partial = session.flag("enable_unique_key_partial_update") and columns is not None
         request = insert_request(
             db=table.db, table=table.name, columns=columns, strict=session.flag("enable_insert_strict")
+        ).model_copy(
+            update={
+                "partial_columns": partial and table.is_unique and table.merge_on_write,
+                "partial_update_new_key_behavior": session.variables.get("partial_update_new_key_behavior", "APPEND"),
+            }
         )
         width = len(columns) if columns is not None else len(table.columns)
         if rows is not None:

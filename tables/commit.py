@@ -89,8 +89,14 @@ class TableWriter:
             return self._turnstiles[key]
 
     @contextmanager
-    def write(self, db: str, table: str, *, txn_id: int, label: str) -> Iterator[PendingRowset]:
-        """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE."""
+    def write(
+        self, db: str, table: str, *, txn_id: int, label: str, exclusive: bool = False
+    ) -> Iterator[PendingRowset]:
+        """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE.
+
+        `exclusive` waits for the commit turn before the caller runs, so what it reads of the table is
+        exactly what its commit lands on (partial updates read the rows they update).
+        """
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
         version = turnstile.take()
@@ -102,6 +108,9 @@ class TableWriter:
             directory=handle.location / "data" / f"txn_{txn_id}",
         )
         try:
+            if exclusive:
+                with turnstile.turn(version):
+                    handle.iceberg.refresh()
             yield pending
             if pending.files:
                 _fsync_files(pending.files, pending.directory)

@@ -54,6 +54,8 @@ class LoadRequest(BaseModel):
     strict_mode: bool = False
     timeout_s: int = 259200
     comment: str = ""
+    partial_columns: bool = False
+    partial_update_new_key_behavior: Literal["APPEND", "ERROR"] = "APPEND"
     source: Literal["stream_load", "insert"] = "stream_load"
 
 

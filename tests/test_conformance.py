@@ -19,15 +19,9 @@ CASES = sorted((SHARED / "conformance" / "cases").glob("*.json"))
 LATER: dict[str, str] = {
     "aggregate_model_sum_max_min_replace_rinn": "issue 6: AGGREGATE KEY model",
     "enable_sequence_feature_on_existing_mow_table": "issue 5: ALTER TABLE ... ENABLE FEATURE",
-    "partial_delete_load_with_sequence_col": "issue 4: partial-column updates",
-    "partial_update_delete_then_reinsert_uses_defaults": "issue 4: partial-column updates",
-    "partial_update_merge_type_with_and_without_sequence": "issue 4: partial-column updates",
-    "partial_update_new_key_behavior": "issue 4: partial-column updates",
-    "partial_update_with_sequence_col_property": "issue 4: partial-column updates",
     "seq_col_property_insert_update_mow": "issue 7: UPDATE statements",
     "seq_map_basic": "issue 5: sequence mapping",
     "seq_map_filter_after_merge": "issue 5: sequence mapping",
-    "seq_type_partial_vs_full_loads": "issue 4: partial-column updates",
     "unique_replace_if_not_null_partial_update": "issue 4: enable_unique_key_replace_if_not_null",
 }
 

@@ -268,7 +268,23 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
         ),
         pytest.param({"two_phase_commit": "true"}, BadHeader, "Two phase commit (2PC)", id="two-phase-commit"),
         pytest.param(
-            {"partial_columns": "true"}, BadHeader, "partial column update is not supported", id="partial-columns"
+            {"unique_key_update_mode": "UPDATE_FLEXIBLE_COLUMNS"},
+            BadHeader,
+            "UPDATE_FLEXIBLE_COLUMNS is not supported",
+            id="flexible-partial-update-not-built",
+        ),
+        pytest.param(
+            {"unique_key_update_mode": "sometimes"},
+            BadHeader,
+            "Invalid unique_key_partial_mode sometimes, must be one of 'UPSERT', 'UPDATE_FIXED_COLUMNS' or "
+            "'UPDATE_FLEXIBLE_COLUMNS'",
+            id="unknown-update-mode",
+        ),
+        pytest.param(
+            {"partial_update_new_key_behavior": "maybe"},
+            BadHeader,
+            "Invalid partial_update_new_key_behavior maybe, must be one of {'APPEND', 'ERROR'}",
+            id="unknown-new-key-behavior",
         ),
         pytest.param({"compress_type": "gz"}, BadHeader, "compressed bodies", id="compress-type"),
         pytest.param({"jsonpaths": '["$.a"]'}, BadHeader, "header jsonpaths is not supported", id="jsonpaths"),
@@ -290,6 +306,26 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
 )
 def test_bad_header_is_refused(headers: dict[str, str], error: type[LoadError], message: str) -> None:
     assert_refused(headers, error, message)
+
+
+@pytest.mark.parametrize(
+    "headers, partial, behavior",
+    [
+        pytest.param({}, False, "APPEND", id="upsert-by-default"),
+        pytest.param({"partial_columns": "true"}, True, "APPEND", id="partial-columns-true"),
+        pytest.param({"partial_columns": "TRUE"}, True, "APPEND", id="partial-columns-any-case"),
+        pytest.param({"unique_key_update_mode": "update_fixed_columns"}, True, "APPEND", id="fixed-columns-mode"),
+        pytest.param(
+            {"unique_key_update_mode": "UPSERT", "partial_columns": "true"}, False, "APPEND",
+            id="update-mode-wins-over-partial-columns",
+        ),
+        pytest.param({"partial_update_new_key_behavior": "error"}, False, "ERROR", id="new-key-behavior-any-case"),
+    ],
+)
+def test_partial_update_headers(headers: dict[str, str], partial: bool, behavior: str) -> None:
+    request = parse_load_request("db", "t", Headers(headers=headers))
+    assert request.partial_columns is partial
+    assert request.partial_update_new_key_behavior == behavior
 
 
 def test_merge_type_delete_with_delete_header_is_refused_with_the_doris_message() -> None:
