@@ -69,9 +69,9 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     skip_lines = 0
     if fmt in ("csv_with_names", "csv_with_names_and_types"):
         skip_lines = 1 if fmt == "csv_with_names" else 2
-    elif fmt in ("json", "parquet", "orc", "arrow"):
-        raise BadHeader(f"format {fmt} is not supported by this server yet; use csv")
-    elif fmt != "csv":
+    elif fmt in ("parquet", "orc", "arrow"):
+        raise BadHeader(f"format {fmt} is not supported by this server yet; use csv or json")
+    elif fmt not in ("csv", "json"):
         raise BadHeader(f"unknown data format, format={_get(headers, 'format')}")
     raw_skip = _get(headers, "skip_lines")
     if raw_skip and not skip_lines:
@@ -144,6 +144,10 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         if not 1 <= timeout_s <= MAX_TIMEOUT_S:
             raise BadHeader(f"Invalid timeout: {timeout_raw}, must be between 1 and {MAX_TIMEOUT_S} seconds")
 
+    strip_outer_array = _bool(headers, "strip_outer_array")
+    if fmt == "json" and strip_outer_array and _bool(headers, "read_json_by_line"):
+        raise BadHeader("Don't support both strip_outer_array and read_json_by_line, choose one of them")
+
     columns_text = _get(headers, "columns")
     hidden = _get(headers, "hidden_columns")
     where_text = _get(headers, "where")
@@ -164,6 +168,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         strict_mode=(strict_raw or "false").lower() == "true",
         timeout_s=timeout_s,
         comment=headers.get("comment", ""),
+        format="json" if fmt == "json" else "csv",
+        strip_outer_array=fmt == "json" and strip_outer_array,
         partial_columns=partial_columns,
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
     )

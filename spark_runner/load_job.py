@@ -68,6 +68,33 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
 
 
+def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
+    """Read a staged JSON body: one object per line, or one array of objects (`strip_outer_array`).
+
+    Keys are matched to the load's source names; a missing key is NULL; every value is read as text so the
+    same conversions as CSV apply. A line that is not a JSON object is filtered.
+    """
+    req = plan.request
+    names = plan.source_fields
+    schema = "struct<" + ", ".join(f"{q(n)}: string" for n in names) + ">"
+    if req.strip_outer_array:
+        text = spark.read.text(str(path), wholetext=True)
+        parsed = f"from_json(value, {lit('array<' + schema + '>')})"
+        rows = text.selectExpr(f"posexplode_outer({parsed}) AS ({POS}, __row)")
+        rows = rows.selectExpr(POS, "CAST(NULL AS STRING) AS __bad", f"to_json(__row) AS {LINE}", "__row")
+    else:
+        text = spark.read.text(str(path), lineSep=req.line_delimiter)
+        text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value").where("trim(value) != ''")
+        rows = text.selectExpr(
+            POS,
+            f"CASE WHEN from_json(value, {lit(schema)}) IS NULL THEN 'Parse json data failed' END AS __bad",
+            f"value AS {LINE}",
+            f"from_json(value, {lit(schema)}) AS __row",
+        )
+    fields = [f"__row.{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
+    return rows.selectExpr(POS, LINE, f"{len(names)} AS {NCOLS}", "__bad", *fields)
+
+
 def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPlan) -> DataFrame:
     """Rows given as values (INSERT ... VALUES), already split into fields; None is NULL."""
     n = len(plan.source_fields)
@@ -101,7 +128,9 @@ def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
 
 def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Name the source fields and evaluate derived columns in order (later ones may use earlier ones)."""
-    out = df.selectExpr(POS, LINE, NCOLS, *[f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)])
+    extra = ["__bad"] if "__bad" in df.columns else []
+    fields = [f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)]
+    out = df.selectExpr(POS, LINE, NCOLS, *extra, *fields)
     for mapping in plan.derived:
         assert mapping.expr is not None
         out = out.selectExpr("*", f"({mapping.expr.spark_sql}) AS {q(mapping.name)}")
@@ -136,6 +165,10 @@ def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool) ->
 def _count_reason(plan: LoadPlan) -> str:
     if plan.request.source != "stream_load":
         return "CAST(NULL AS STRING)"
+    if plan.request.format == "json":
+        fields = [q(n) for n in plan.source_fields]
+        empty = " AND ".join(f"{f} IS NULL" for f in fields) or "false"
+        return f"coalesce(__bad, CASE WHEN {empty} THEN 'All fields is null, this is a invalid row.' END)"
     expected = len(plan.source_fields)
     detail = f"concat({{}}, CAST({NCOLS} AS STRING), {lit(f', schema column number: {expected}')})"
     more = detail.format(lit("actual column number in csv file is  more than  schema column number.actual number: "))
@@ -155,7 +188,8 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
             value = convert_sql(q(target.source), target.column.type, from_text=target.source in plan.source_fields)
         converted.append(f"{value} AS {_converted(i)}")
     raw_names = [q(n) for n in plan.scope]
-    step = df.selectExpr(POS, LINE, NCOLS, *raw_names, *converted)
+    extra = ["__bad"] if "__bad" in df.columns else []
+    step = df.selectExpr(POS, LINE, NCOLS, *extra, *raw_names, *converted)
     reasons = [_count_reason(plan)] + [
         _reason_sql(t.column, q(t.source) if t.source else None, _converted(i), plan.request.strict_mode)
         for i, t in enumerate(plan.targets)
@@ -219,7 +253,8 @@ NEW_KEY = "__new"
 
 
 def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> DataFrame:
-    """Partial update: unlisted columns keep the stored row's values (contract §6.8).
+    """Partial update: unlisted columns keep the stored row's values (contract §6.8); with
+    `enable_unique_key_replace_if_not_null` a NULL input keeps the stored value too.
 
     A key whose stored row is missing or deleted is a new row: unlisted columns take their DEFAULT.
     A load that does not set the sequence keeps the stored row's sequence. Marks new rows in `__new`.
@@ -235,12 +270,16 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
     joined = batch.join(stored.selectExpr(*picked, "true AS __sfound"), on=F.expr(on), how="left")
     live = "(coalesce(__sfound, false) AND __ssign = 0)"
     listed = {t.column.name for t in plan.targets if t.source is not None}
-    out = [
-        q(c.name)
-        if c.name in listed or c.is_key
-        else f"CASE WHEN {live} THEN __sv{i} ELSE {q(c.name)} END AS {q(c.name)}"
-        for i, c in enumerate(table.columns)
-    ]
+    out: list[str] = []
+    for i, c in enumerate(table.columns):
+        if c.is_key:
+            out.append(q(c.name))
+        elif plan.partial and c.name not in listed:
+            out.append(f"IF({live}, __sv{i}, {q(c.name)}) AS {q(c.name)}")
+        elif table.replace_if_not_null:
+            out.append(f"IF({live} AND {q(c.name)} IS NULL, __sv{i}, {q(c.name)}) AS {q(c.name)}")
+        else:
+            out.append(q(c.name))
     rest = [c for c in batch.columns if c not in {col.name for col in table.columns}]
     for name in rest:
         if name == SEQ and plan.inherit_sequence:
@@ -333,8 +372,8 @@ def run_load_job(
         seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
         good = latest_per_key(good, keys, sequence_order(seq, POS))
     partial_metrics: Observation | None = None
-    if plan.partial:
-        assert stored is not None, "a partial update reads the table's current rows"
+    if plan.reads_stored:
+        assert stored is not None, "this load reads the table's current rows"
         good = fill_from_stored(good, stored, plan)
         key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
         partial_metrics = Observation(f"partial_{directory.name}")

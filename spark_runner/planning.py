@@ -34,6 +34,11 @@ class LoadPlan:
     inherit_sequence: bool = False  # partial update that does not set the sequence: keep the stored one
 
     @property
+    def reads_stored(self) -> bool:
+        """The load needs the current rows of its keys (merge-on-write style fill at load time)."""
+        return self.partial or self.table.replace_if_not_null
+
+    @property
     def scope(self) -> tuple[str, ...]:
         return self.source_fields + tuple(m.name for m in self.derived)
 

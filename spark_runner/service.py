@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loaders.errors import DataQualityError, LoadError
 from spark_runner.errors import spark_errors
-from spark_runner.load_job import JobOutcome, csv_source, frame_source, rows_source, run_load_job
+from spark_runner.load_job import JobOutcome, csv_source, frame_source, json_source, rows_source, run_load_job
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
 from tables.catalog import Catalog
@@ -93,7 +93,9 @@ class LoadService:
         self.txns.set_state(prepared.txn_id, ABORTED)
 
     def run_csv(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
-        return self._run(prepared, lambda: csv_source(self.spark, path, prepared.plan), load_bytes, receive_ms)
+        """Run a staged stream-load body (CSV or JSON, as its `format` header says)."""
+        read = json_source if prepared.request.format == "json" else csv_source
+        return self._run(prepared, lambda: read(self.spark, path, prepared.plan), load_bytes, receive_ms)
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
         return self._run(prepared, lambda: rows_source(self.spark, rows, prepared.plan), 0, 0)
@@ -120,7 +122,7 @@ class LoadService:
         try:
             plan = prepared.plan
             with self.writer.write(
-                req.db, req.table, txn_id=prepared.txn_id, label=req.label, exclusive=plan.partial
+                req.db, req.table, txn_id=prepared.txn_id, label=req.label, exclusive=plan.reads_stored
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
                 schema = rowset.handle.iceberg.schema()
@@ -137,7 +139,7 @@ class LoadService:
                         buckets=write_partitions(prepared.plan.table.buckets, load_bytes),
                         # a partial update reads the rows it updates; it runs in its commit turn, so
                         # nothing commits between this read and its own commit
-                        stored=merged_rows(self.spark, rowset.handle, show_hidden=True) if plan.partial else None,
+                        stored=merged_rows(self.spark, rowset.handle, show_hidden=True) if plan.reads_stored else None,
                     )
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files

@@ -293,6 +293,12 @@ def build_table_def(
         raise SqlError("sequence mapping is not supported yet")
 
     merge_on_write = keys_type is KeysType.UNIQUE and _bool_prop(props, "enable_unique_key_merge_on_write", True)
+    # Doris's property, and the name 004_719a6f3ac1a41aa8.txt uses for it
+    replace_if_not_null = _bool_prop(props, "enable_unique_key_replace_if_not_null", False) or _bool_prop(
+        props, "replace_if_not_null", False
+    )
+    if replace_if_not_null and keys_type is not KeysType.UNIQUE:
+        raise SqlError("enable_unique_key_replace_if_not_null is only supported in unique tables")
     seq_col = props.get("function_column.sequence_col")
     seq_type_raw = props.get("function_column.sequence_type")
     seq_type: DorisType | None = None
@@ -327,6 +333,7 @@ def build_table_def(
         sequence_type=seq_type,
         merge_on_write=merge_on_write,
         delete_sign=keys_type is KeysType.UNIQUE,
+        replace_if_not_null=replace_if_not_null,
         comment=comment,
         properties=props,
     )

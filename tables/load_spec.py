@@ -46,6 +46,8 @@ class LoadRequest(BaseModel):
     column_separator: str = "\t"
     line_delimiter: str = "\n"
     skip_lines: int = 0
+    format: Literal["csv", "json"] = "csv"
+    strip_outer_array: bool = False
     where: Expr | None = None
     merge_type: MergeType = MergeType.APPEND
     delete: Expr | None = None

@@ -62,6 +62,7 @@ class TableDef(BaseModel):
     sequence_col: str | None = None
     merge_on_write: bool = True
     delete_sign: bool = True
+    replace_if_not_null: bool = False  # unique tables: a NULL input keeps the stored value
     comment: str = ""
     properties: dict[str, str] = {}
 

@@ -22,7 +22,6 @@ LATER: dict[str, str] = {
     "seq_col_property_insert_update_mow": "issue 7: UPDATE statements",
     "seq_map_basic": "issue 5: sequence mapping",
     "seq_map_filter_after_merge": "issue 5: sequence mapping",
-    "unique_replace_if_not_null_partial_update": "issue 4: enable_unique_key_replace_if_not_null",
 }
 
 

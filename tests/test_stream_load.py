@@ -207,7 +207,7 @@ def test_bad_rows_fail_the_load_and_change_nothing(
             "There is no sequence column in the table t",
             id="sequence-header-on-table-without-sequence",
         ),
-        pytest.param({"format": "json"}, "json", id="json-not-yet"),
+        pytest.param({"format": "parquet"}, "parquet", id="parquet-not-yet"),
     ],
 )
 def test_bad_headers_fail_before_loading_anything(
@@ -367,3 +367,68 @@ def test_concurrent_loads_into_one_table_all_commit_with_distinct_versions(doris
     # version (a new table is at version 1, and each of the 8 loads committed one more)
     assert doris.rows(db, hidden + "select __DORIS_VERSION_COL__ from plain") == [[9]]
     assert len({r["TxnId"] for _, r in replies}) == 8
+
+
+@pytest.mark.parametrize(
+    "data, headers, counts, expected",
+    [
+        pytest.param(
+            '{"k": 1, "v": "a", "n": 1}\n{"n": 2, "k": 2, "v": "b"}\n',
+            {"format": "json"},
+            dict(loaded=2),
+            [[1, "a", 1], [2, "b", 2]],
+            id="json-lines-by-key-name-in-any-order",
+        ),
+        pytest.param(
+            '[{"k": 1, "v": "a"}, {"k": 2, "v": "b", "n": 20, "extra": true}]',
+            {"format": "json", "strip_outer_array": "true"},
+            dict(loaded=2),
+            [[1, "a", None], [2, "b", 20]],
+            id="json-array-missing-key-is-null-unknown-key-ignored",
+        ),
+        pytest.param(
+            '{"k": 1, "v": "a"}\nnot json\n{"x": 1}\n',
+            {"format": "json", "max_filter_ratio": "0.9"},
+            dict(loaded=1, filtered=2),
+            [[1, "a", None]],
+            id="json-bad-lines-and-rows-without-known-keys-are-filtered",
+        ),
+        pytest.param(
+            '{"id": 5, "name": "e", "num": "7"}\n',
+            {"format": "json", "columns": "id, name, num, k = id, v = name, n = num * 2"},
+            dict(loaded=1),
+            [[5, "e", 14]],
+            id="json-columns-map-keys-and-derive",
+        ),
+    ],
+)
+def test_json_loads(
+    doris: DorisClient,
+    db: str,
+    data: str,
+    headers: dict[str, str],
+    counts: dict[str, int],
+    expected: list[list[object]],
+) -> None:
+    doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8), n INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    assert_doris_result(doris.stream_load(db, "t", data, headers=headers), **counts)
+    assert rows(doris, db) == expected
+
+
+def test_replace_if_not_null_table_keeps_stored_values_for_null_input(doris: DorisClient, db: str) -> None:
+    # 004_719a6f3ac1a41aa8.txt: with "replace_if_not_null" = "true", `1001, \N, PAID` keeps order_type
+    doris.sql(
+        db,
+        "CREATE TABLE order_table ( order_id BIGINT, order_type VARCHAR(8), order_status VARCHAR(32) ) "
+        "UNIQUE KEY(order_id) DISTRIBUTED BY HASH(order_id) BUCKETS 8 "
+        'PROPERTIES ( "replace_if_not_null" = "true" )',
+    )
+    assert_doris_result(
+        doris.stream_load(db, "order_table", "1000,TYPE#1,PAID\n1001,TYPE#2,PENDING\n1002,TYPE#3,PAID\n", headers=CSV)
+    )
+    assert_doris_result(doris.stream_load(db, "order_table", "1001,\\N,PAID\n", headers=CSV))
+    assert doris.rows(db, "select * from order_table order by order_id") == [
+        [1000, "TYPE#1", "PAID"],
+        [1001, "TYPE#2", "PAID"],
+        [1002, "TYPE#3", "PAID"],
+    ]

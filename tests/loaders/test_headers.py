@@ -238,13 +238,10 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
         pytest.param({"label": "a.b"}, BadHeader, LABEL_RULE, id="label-with-a-dot"),
         pytest.param({"label": "étiquette"}, BadHeader, LABEL_RULE, id="label-with-non-ascii"),
         pytest.param(
-            {"format": "json"}, BadHeader, "format json is not supported by this server yet", id="format-json"
-        ),
-        pytest.param(
-            {"format": "JSON"},
+            {"format": "json", "strip_outer_array": "true", "read_json_by_line": "true"},
             BadHeader,
-            "format json is not supported by this server yet",
-            id="format-json-in-upper-case",
+            "Don't support both strip_outer_array and read_json_by_line",
+            id="json-array-and-lines-together",
         ),
         pytest.param({"format": "parquet"}, BadHeader, "format parquet is not supported", id="format-parquet"),
         pytest.param({"format": "xml"}, BadHeader, "unknown data format, format=xml", id="unknown-format"),
@@ -306,6 +303,19 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
 )
 def test_bad_header_is_refused(headers: dict[str, str], error: type[LoadError], message: str) -> None:
     assert_refused(headers, error, message)
+
+
+@pytest.mark.parametrize(
+    "headers, fmt, strip",
+    [
+        pytest.param({"format": "JSON"}, "json", False, id="json-any-case-reads-lines-by-default"),
+        pytest.param({"format": "json", "strip_outer_array": "true"}, "json", True, id="json-array"),
+        pytest.param({"strip_outer_array": "true"}, "csv", False, id="strip-outer-array-ignored-for-csv"),
+    ],
+)
+def test_json_format_headers(headers: dict[str, str], fmt: str, strip: bool) -> None:
+    request = parse_load_request("db", "t", Headers(headers=headers))
+    assert request.format == fmt and request.strip_outer_array is strip
 
 
 @pytest.mark.parametrize(
