@@ -34,6 +34,8 @@ _NOT_YET = {
     "jsonpaths": "jsonpaths",
     "json_root": "json_root",
     "partitions": "partitions",
+    "enclose": "enclose",
+    "escape": "escape",
     "temporary_partitions": "temporary_partitions",
     "negative": "negative",
 }
@@ -169,6 +171,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         timeout_s=timeout_s,
         comment=headers.get("comment", ""),
         format="json" if fmt == "json" else "csv",
+        trim_double_quotes=_bool(headers, "trim_double_quotes"),
+        empty_field_as_null=_bool(headers, "empty_field_as_null"),
         strip_outer_array=fmt == "json" and strip_outer_array,
         partial_columns=partial_columns,
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",

@@ -34,6 +34,7 @@ UNSELECTED = "__unselected"
 SIGN = "__sign"
 SEQ = "__seq"
 MAX_ERROR_ROWS = 50
+QUOTED = lit('^"(.*)"$')  # trim_double_quotes: one pair of outer double quotes
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,13 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     sep = req.column_separator
     pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
     parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
-    fields = [
-        f"CASE WHEN get(__parts, {i}) = {lit(NULL_MARKER)} THEN NULL ELSE get(__parts, {i}) END AS {_field(i)}"
-        for i in range(len(plan.source_fields))
-    ]
+    fields = []
+    for i in range(len(plan.source_fields)):
+        value = f"get(__parts, {i})"
+        if req.trim_double_quotes:
+            value = f"regexp_replace({value}, {QUOTED}, '$1')"
+        empty = f" WHEN {value} = '' THEN NULL" if req.empty_field_as_null else ""
+        fields.append(f"CASE WHEN {value} = {lit(NULL_MARKER)} THEN NULL{empty} ELSE {value} END AS {_field(i)}")
     return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
 
 

@@ -47,6 +47,8 @@ class LoadRequest(BaseModel):
     line_delimiter: str = "\n"
     skip_lines: int = 0
     format: Literal["csv", "json"] = "csv"
+    trim_double_quotes: bool = False
+    empty_field_as_null: bool = False
     strip_outer_array: bool = False
     where: Expr | None = None
     merge_type: MergeType = MergeType.APPEND

@@ -130,6 +130,22 @@ def test_get_load_state_of_unknown_label_and_missing_label(doris: DorisClient, d
             id="csv-with-names-skips-header",
         ),
         pytest.param("", {}, dict(total=0, loaded=0), [], id="empty-body-loads-nothing"),
+        pytest.param(
+            '"1"|"a,b"|\\N\n',
+            {"trim_double_quotes": "true", "column_separator": "|"},
+            dict(loaded=1),
+            [[1, "a,b", None]],
+            id="trim-double-quotes",
+        ),
+        pytest.param("1,a,\n", {}, dict(loaded=1), [[1, "a", None]], id="empty-field-into-int-is-null"),
+        pytest.param(
+            "1,,2\n",
+            {"empty_field_as_null": "true", "max_filter_ratio": "1"},
+            dict(filtered=1),
+            [],
+            id="empty-field-as-null-into-not-null-is-filtered",
+        ),
+        pytest.param("1,,2\n", {}, dict(loaded=1), [[1, "", 2]], id="empty-field-is-empty-string"),
     ],
 )
 def test_csv_load_rules(
@@ -208,6 +224,7 @@ def test_bad_rows_fail_the_load_and_change_nothing(
             id="sequence-header-on-table-without-sequence",
         ),
         pytest.param({"format": "parquet"}, "parquet", id="parquet-not-yet"),
+        pytest.param({"enclose": '"'}, "header enclose is not supported", id="enclose-not-yet"),
     ],
 )
 def test_bad_headers_fail_before_loading_anything(
