@@ -15,7 +15,7 @@ from app.deps import Services, ServicesDep
 from app.responses import DorisLoadResponse, load_error_result
 from loaders.errors import BadRequest, LoadError, ServiceUnavailable
 from loaders.headers import parse_load_request
-from loaders.staging import stage_payload
+from loaders.staging import decompress_staged, stage_payload
 from tables.errors import DorisError
 from tables.load_spec import LoadResult
 
@@ -75,6 +75,14 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
     except Exception as exc:  # the client went away mid-body: the load failed and its label is free
         services.loads.abort(prepared)
         return load_error_result(BadRequest(f"failed to receive body: {exc}"), label=label, txn_id=prepared.txn_id)
+    try:
+        staged = await run_in_threadpool(
+            decompress_staged, staged, prepared.request.compression, max_bytes=services.settings.max_body_bytes
+        )
+    except LoadError as exc:
+        services.loads.abort(prepared)
+        services.loads.cleanup_staged(staged.path)
+        return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
     receive_ms = int((time.monotonic() - received) * 1000)
     try:
         return await run_in_threadpool(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
+from typing import Literal
 
 from loaders.errors import BadHeader
 from loaders.expressions import parse_columns, parse_condition
@@ -50,6 +51,41 @@ def _get(headers: Mapping[str, str], name: str) -> str | None:
     return value if value is None else value.strip()
 
 
+COMPRESS_TYPES: dict[str, Literal["gz", "bz2", "lz4", "zstd", "deflate"]] = {
+    "GZ": "gz",
+    "GZIP": "gz",
+    "BZ2": "bz2",
+    "LZ4": "lz4",
+    "LZ4FRAME": "lz4",
+    "ZSTD": "zstd",
+    "DEFLATE": "deflate",
+}
+NOT_BUILT_COMPRESSION = ("LZO", "LZOP", "LZ4_BLOCK", "SNAPPY_BLOCK")
+
+
+def parse_compression(
+    compress_type: str | None, content_encoding: str | None
+) -> Literal["gz", "bz2", "lz4", "zstd", "deflate"] | None:
+    """`compress_type`, else `Content-Encoding` (doris-streamloader sends both for one layer: the header wins).
+
+    Raises:
+        BadHeader: an unknown or unsupported compression.
+    """
+    if compress_type:
+        upper = compress_type.upper()
+        if upper in COMPRESS_TYPES:
+            return COMPRESS_TYPES[upper]
+        if upper in NOT_BUILT_COMPRESSION:
+            raise BadHeader(f"compress_type {compress_type} is not supported by this server yet")
+        raise BadHeader(f"unknown compress type: {compress_type}")
+    encoding = (content_encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "lz4", "zstd", "deflate"):
+        return {"gzip": "gz", "lz4": "lz4", "zstd": "zstd", "deflate": "deflate"}[encoding]  # type: ignore[return-value]
+    raise BadHeader(f"unsupported Content-Encoding: {content_encoding}")
+
+
 def validate_label(label: str) -> str:
     """Raises: BadHeader when the label breaks Doris's label rule."""
     if not LABEL_PATTERN.match(label):
@@ -81,8 +117,7 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
             raise BadHeader(f"skip_lines must be a non-negative integer, got {raw_skip}")
         skip_lines = int(raw_skip)
 
-    if _get(headers, "compress_type") or headers.get("content-encoding", "").lower() in ("gzip", "lz4"):
-        raise BadHeader("compressed bodies (compress_type / Content-Encoding) are not supported by this server yet")
+    compression = parse_compression(_get(headers, "compress_type"), headers.get("content-encoding"))
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
@@ -171,6 +206,7 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         timeout_s=timeout_s,
         comment=headers.get("comment", ""),
         format="json" if fmt == "json" else "csv",
+        compression=compression,
         trim_double_quotes=_bool(headers, "trim_double_quotes"),
         empty_field_as_null=_bool(headers, "empty_field_as_null"),
         strip_outer_array=fmt == "json" and strip_outer_array,

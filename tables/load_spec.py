@@ -47,6 +47,7 @@ class LoadRequest(BaseModel):
     line_delimiter: str = "\n"
     skip_lines: int = 0
     format: Literal["csv", "json"] = "csv"
+    compression: Literal["gz", "bz2", "lz4", "zstd", "deflate"] | None = None
     trim_double_quotes: bool = False
     empty_field_as_null: bool = False
     strip_outer_array: bool = False

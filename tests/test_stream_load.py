@@ -449,3 +449,57 @@ def test_replace_if_not_null_table_keeps_stored_values_for_null_input(doris: Dor
         [1001, "TYPE#2", "PAID"],
         [1002, "TYPE#3", "PAID"],
     ]
+
+
+def _compress(kind: str, data: bytes) -> bytes:
+    import bz2
+    import gzip
+    import zlib
+
+    import lz4.frame
+    import zstandard
+
+    return {
+        "gz": gzip.compress,
+        "bz2": bz2.compress,
+        "lz4": lz4.frame.compress,
+        "zstd": zstandard.ZstdCompressor().compress,
+        "deflate": zlib.compress,
+    }[kind](data)
+
+
+@pytest.mark.parametrize(
+    "kind, headers",
+    [
+        pytest.param("gz", {"compress_type": "GZ"}, id="gz"),
+        pytest.param("bz2", {"compress_type": "bz2"}, id="bz2"),
+        pytest.param("lz4", {"compress_type": "LZ4"}, id="lz4-frame"),
+        pytest.param("zstd", {"compress_type": "ZSTD"}, id="zstd"),
+        pytest.param("deflate", {"compress_type": "DEFLATE"}, id="deflate"),
+        pytest.param("gz", {"Content-Encoding": "gzip"}, id="content-encoding-gzip"),
+        pytest.param("lz4", {"Content-Encoding": "lz4", "compress_type": "LZ4"}, id="streamloader-sends-both-once"),
+    ],
+)
+def test_compressed_bodies(doris: DorisClient, db: str, kind: str, headers: dict[str, str]) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    plain = "".join(f"{i},v{i},{i}\n" for i in range(500)).encode()
+    body = _compress(kind, plain)
+    reply = assert_doris_result(doris.stream_load(db, "t", body, headers={**CSV, **headers}), loaded=500)
+    assert reply["LoadBytes"] == len(body)
+    assert doris.rows(db, "select count(*), sum(n) from t") == [[500, sum(range(500))]]
+
+
+def test_corrupt_compressed_body_fails_and_loads_nothing(doris: DorisClient, db: str) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    body = assert_doris_result(
+        doris.stream_load(db, "t", b"not gzip at all", headers={**CSV, "compress_type": "GZ", "label": "bad_gz"}),
+        status="Fail",
+        message_contains="failed to decompress the body as gz",
+    )
+    assert body["TxnId"] > 0
+    assert rows(doris, db) == []
+    assert_doris_result(
+        doris.stream_load(
+            db, "t", _compress("gz", b"1,a,1\n"), headers={**CSV, "compress_type": "gz", "label": "bad_gz"}
+        )
+    )
