@@ -5,6 +5,7 @@ Header names are case-insensitive; unknown headers are ignored, as Doris does.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -32,8 +33,6 @@ IGNORED = (
 
 # Headers whose features are not built yet: refused rather than silently misapplied.
 _NOT_YET = {
-    "jsonpaths": "jsonpaths",
-    "json_root": "json_root",
     "partitions": "partitions",
     "enclose": "enclose",
     "escape": "escape",
@@ -84,6 +83,21 @@ def parse_compression(
     if encoding in ("gzip", "lz4", "zstd", "deflate"):
         return {"gzip": "gz", "lz4": "lz4", "zstd": "zstd", "deflate": "deflate"}[encoding]  # type: ignore[return-value]
     raise BadHeader(f"unsupported Content-Encoding: {content_encoding}")
+
+
+def parse_jsonpaths(text: str) -> tuple[str, ...]:
+    """`["$.id", "$.name"]` → the paths, `$.` read as the root.
+
+    Raises:
+        BadHeader: not a JSON array of paths starting with `$`.
+    """
+    try:
+        paths = json.loads(text)
+    except ValueError:
+        raise BadHeader(f"Invalid jsonpaths: {text}") from None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("$") for p in paths):
+        raise BadHeader(f"Invalid jsonpaths: {text}")
+    return tuple("$" if p in ("$", "$.") else p for p in paths)
 
 
 def validate_label(label: str) -> str:
@@ -210,6 +224,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         trim_double_quotes=_bool(headers, "trim_double_quotes"),
         empty_field_as_null=_bool(headers, "empty_field_as_null"),
         strip_outer_array=fmt == "json" and strip_outer_array,
+        jsonpaths=parse_jsonpaths(jsonpaths) if fmt == "json" and (jsonpaths := _get(headers, "jsonpaths")) else None,
+        json_root=(_get(headers, "json_root") or None) if fmt == "json" else None,
         partial_columns=partial_columns,
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
     )

@@ -75,28 +75,32 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
 def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged JSON body: one object per line, or one array of objects (`strip_outer_array`).
 
-    Keys are matched to the load's source names; a missing key is NULL; every value is read as text so the
-    same conversions as CSV apply. A line that is not a JSON object is filtered.
+    `json_root` picks the node to read from; `jsonpaths` extract the source fields in order, else keys are
+    matched to the source names. A missing key is NULL; every value is read as text so the same conversions
+    as CSV apply. A record that is not a JSON object is filtered.
     """
     req = plan.request
     names = plan.source_fields
-    schema = "struct<" + ", ".join(f"{q(n)}: string" for n in names) + ">"
+    root = f"get_json_object(value, {lit(req.json_root)})" if req.json_root else "value"
     if req.strip_outer_array:
         text = spark.read.text(str(path), wholetext=True)
-        parsed = f"from_json(value, {lit('array<' + schema + '>')})"
-        rows = text.selectExpr(f"posexplode_outer({parsed}) AS ({POS}, __row)")
-        rows = rows.selectExpr(POS, "CAST(NULL AS STRING) AS __bad", f"to_json(__row) AS {LINE}", "__row")
+        docs = text.selectExpr(f"posexplode_outer(from_json({root}, 'array<string>')) AS ({POS}, __doc)")
     else:
-        text = spark.read.text(str(path), lineSep=req.line_delimiter)
-        text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value").where("trim(value) != ''")
-        rows = text.selectExpr(
-            POS,
-            f"CASE WHEN from_json(value, {lit(schema)}) IS NULL THEN 'Parse json data failed' END AS __bad",
-            f"value AS {LINE}",
-            f"from_json(value, {lit(schema)}) AS __row",
-        )
-    fields = [f"__row.{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
-    return rows.selectExpr(POS, LINE, f"{len(names)} AS {NCOLS}", "__bad", *fields)
+        text = spark.read.text(str(path), lineSep=req.line_delimiter).where("trim(value) != ''")
+        docs = text.selectExpr(f"monotonically_increasing_id() AS {POS}", f"{root} AS __doc")
+    if req.jsonpaths is not None:
+        paths = list(req.jsonpaths) + [None] * (len(names) - len(req.jsonpaths))
+        fields = [
+            f"get_json_object(__doc, {lit(p)}) AS {_field(i)}" if p else f"CAST(NULL AS STRING) AS {_field(i)}"
+            for i, p in enumerate(paths[: len(names)])
+        ]
+        valid = "get_json_object(__doc, '$') IS NOT NULL"
+    else:
+        schema = lit("struct<" + ", ".join(f"{q(n)}: string" for n in names) + ">")
+        fields = [f"from_json(__doc, {schema}).{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
+        valid = f"from_json(__doc, {schema}) IS NOT NULL"
+    bad = f"CASE WHEN NOT coalesce({valid}, false) THEN 'Parse json data failed' END AS __bad"
+    return docs.selectExpr(POS, f"__doc AS {LINE}", f"{len(names)} AS {NCOLS}", bad, *fields)
 
 
 def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPlan) -> DataFrame:

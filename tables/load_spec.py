@@ -51,6 +51,8 @@ class LoadRequest(BaseModel):
     trim_double_quotes: bool = False
     empty_field_as_null: bool = False
     strip_outer_array: bool = False
+    jsonpaths: tuple[str, ...] | None = None
+    json_root: str | None = None
     where: Expr | None = None
     merge_type: MergeType = MergeType.APPEND
     delete: Expr | None = None

@@ -417,6 +417,27 @@ def test_concurrent_loads_into_one_table_all_commit_with_distinct_versions(doris
             [[5, "e", 14]],
             id="json-columns-map-keys-and-derive",
         ),
+        pytest.param(
+            '{"a": {"id": 3, "s": "c"}, "x": 9}\n',
+            {"format": "json", "jsonpaths": '["$.a.id", "$.a.s", "$.x"]'},
+            dict(loaded=1),
+            [[3, "c", 9]],
+            id="jsonpaths-extract-nested-fields-in-order",
+        ),
+        pytest.param(
+            '{"data": [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}]}',
+            {"format": "json", "json_root": "$.data", "strip_outer_array": "true"},
+            dict(loaded=2),
+            [[1, "a", None], [2, "b", None]],
+            id="json-root-then-outer-array",
+        ),
+        pytest.param(
+            '[{"p": {"q": 4}}, {"p": {"q": 5}}]',
+            {"format": "json", "strip_outer_array": "true", "jsonpaths": '["$.p.q"]', "columns": "k, v = 'z'"},
+            dict(loaded=2),
+            [[4, "z", None], [5, "z", None]],
+            id="jsonpaths-over-outer-array-with-columns",
+        ),
     ],
 )
 def test_json_loads(

@@ -286,7 +286,10 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
         pytest.param({"compress_type": "LZO"}, BadHeader, "compress_type LZO is not supported", id="lzo-not-built"),
         pytest.param({"compress_type": "rar"}, BadHeader, "unknown compress type: rar", id="unknown-compress-type"),
         pytest.param({"Content-Encoding": "br"}, BadHeader, "unsupported Content-Encoding: br", id="brotli-encoding"),
-        pytest.param({"jsonpaths": '["$.a"]'}, BadHeader, "header jsonpaths is not supported", id="jsonpaths"),
+        pytest.param(
+            {"format": "json", "jsonpaths": '["a"]'}, BadHeader, 'Invalid jsonpaths: ["a"]', id="jsonpath-without-root"
+        ),
+        pytest.param({"format": "json", "jsonpaths": "$.a"}, BadHeader, "Invalid jsonpaths", id="jsonpaths-not-array"),
         pytest.param({"column_separator": ""}, BadHeader, "column_separator is empty", id="empty-column-separator"),
         pytest.param({"line_delimiter": ""}, BadHeader, "line_delimiter is empty", id="empty-line-delimiter"),
         pytest.param({"columns": "k1, k1"}, BadExpression, "Duplicate column: k1", id="duplicate-name-in-columns"),
