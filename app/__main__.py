@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 
 from app.java import JavaMissing, check_java
+
+
+def listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(**overrides)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
-    DrainingServer(config, app.state.gate, settings.shutdown_timeout_seconds).run()
+    server = DrainingServer(config, app.state.gate, settings.shutdown_timeout_seconds)
+    if settings.fe_redirect:
+        # one server, one lifespan and one drain for the FE port and the BE port
+        server.run(sockets=[listen(settings.host, settings.port), listen(settings.host, settings.be_port)])
+    else:
+        server.run()
     return 0
 
 

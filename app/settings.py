@@ -33,6 +33,12 @@ class Settings(BaseSettings):
     shutdown_timeout_seconds: float = Field(
         60.0, description="On SIGTERM, how long loads already receiving data may take to finish."
     )
+    fe_redirect: bool = Field(
+        False,
+        description="Front-end mode: stream loads on `port` answer Doris's 307 redirect to the BE listener on "
+        "`be_port` (without reading the body), as a Doris FE does; both ports serve every other route.",
+    )
+    be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )

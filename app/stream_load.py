@@ -6,14 +6,16 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response
 
 from app.auth import check_basic_auth
 from app.deps import Services, ServicesDep
 from app.responses import DorisLoadResponse, load_error_result
-from loaders.errors import BadRequest, LoadError, ServiceUnavailable
+from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
 from loaders.headers import parse_load_request
 from loaders.staging import decompress_staged, stage_payload
 from tables.errors import DorisError
@@ -95,8 +97,33 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
 SHUTTING_DOWN = ServiceUnavailable("The server is shutting down; retry the load later")
 
 
-@router.put("/api/{db}/{table}/_stream_load")
-async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> DorisLoadResponse:
+def fe_redirect(request: Request, services: Services) -> Response | None:
+    """In front-end mode, a load on the FE port is answered like a Doris FE: 307 to the BE listener.
+
+    The body is never read, so curl `--location-trusted`, requests and the connectors re-send it to the
+    `Location`, which carries the credentials as Doris's FE builds it (contract §1.2).
+    """
+    settings = services.settings
+    server = request.scope.get("server") or ("", 0)
+    if not settings.fe_redirect or server[1] == settings.be_port:
+        return None
+    try:
+        user = check_basic_auth(request.headers, settings.root_password.get_secret_value())
+    except NotAuthorized as exc:
+        return DorisLoadResponse(load_error_result(exc, label=request.headers.get("label", "")))
+    if "expect" not in request.headers:
+        return JSONResponse({"status": "FAILED", "msg": "There is no 100-continue header"})
+    password = quote(settings.root_password.get_secret_value(), safe="")
+    host = request.url.hostname or settings.host
+    query = f"?{request.url.query}" if request.url.query else ""
+    location = f"http://{quote(user, safe='')}:{password}@{host}:{settings.be_port}{request.url.path}{query}"
+    return Response(status_code=307, headers={"Location": location}, media_type="text/html;charset=utf-8")
+
+
+@router.put("/api/{db}/{table}/_stream_load", response_model=None)
+async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> Response:
+    if (redirect := fe_redirect(request, services)) is not None:
+        return redirect
     if not services.gate.enter():
         return DorisLoadResponse(load_error_result(SHUTTING_DOWN, label=request.headers.get("label", "")))
     try:

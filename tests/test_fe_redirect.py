@@ -1,0 +1,138 @@
+"""Front-end mode: the FE port answers stream loads with Doris's 307 to the BE listener (contract §1.2)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import requests
+from requests.auth import HTTPBasicAuth
+
+from tests.helpers import DorisClient, assert_doris_result
+
+
+def _socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@pytest.fixture(scope="module")
+def fe_be(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """A server in front-end mode: one app on two loopback sockets (FE, BE)."""
+    import uvicorn
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    fe, be = _socket(), _socket()
+    be_port = be.getsockname()[1]
+    settings = Settings(data_dir=tmp_path_factory.mktemp("fe-data"), fe_redirect=True, be_port=be_port)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, spark=spark), log_level="warning"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [fe, be]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "front-end server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{fe.getsockname()[1]}", f"http://127.0.0.1:{be_port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture
+def table(fe_be: tuple[str, str]) -> str:
+    db = f"fe_{uuid.uuid4().hex[:8]}"
+    client = DorisClient(fe_be[0])
+    client.sql(db, f"CREATE DATABASE {db}")
+    client.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    return db
+
+
+def test_fe_port_answers_307_to_the_be_port_with_credentials(fe_be: tuple[str, str], table: str) -> None:
+    fe, be = fe_be
+    resp = httpx.put(
+        f"{fe}/api/{table}/t/_stream_load?x=1",
+        content=b"1,a\n",
+        auth=("root", ""),
+        headers={"Expect": "100-continue", "column_separator": ","},
+    )
+    assert resp.status_code == 307
+    port = be.rsplit(":", 1)[1]
+    assert resp.headers["location"] == f"http://root:@127.0.0.1:{port}/api/{table}/t/_stream_load?x=1"
+    assert DorisClient(fe).rows(table, "SELECT count(*) FROM t") == [[0]]
+
+
+def test_fe_requires_expect_and_valid_credentials(fe_be: tuple[str, str], table: str) -> None:
+    fe, _ = fe_be
+    no_expect = httpx.put(f"{fe}/api/{table}/t/_stream_load", content=b"1,a\n", auth=("root", ""))
+    assert no_expect.json() == {"status": "FAILED", "msg": "There is no 100-continue header"}
+    bad = httpx.put(
+        f"{fe}/api/{table}/t/_stream_load", content=b"1,a\n", auth=("root", "nope"), headers={"Expect": "100-continue"}
+    )
+    assert_doris_result(bad, status="Fail", message_contains="[NOT_AUTHORIZED]")
+
+
+def test_curl_location_trusted_follows_the_redirect(fe_be: tuple[str, str], table: str, tmp_path: Path) -> None:
+    fe, _ = fe_be
+    data = tmp_path / "data.csv"
+    data.write_text("1,a\n2,b\n")
+    out = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--location-trusted",
+            "-u",
+            "root:",
+            "-H",
+            "column_separator: ,",
+            "-H",
+            "label: curl_fe",
+            "-T",
+            str(data),
+            f"{fe}/api/{table}/t/_stream_load",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert_doris_result(json.loads(out.stdout), loaded=2)
+    assert DorisClient(fe).rows(table, "SELECT * FROM t ORDER BY k") == [[1, "a"], [2, "b"]]
+
+
+@pytest.mark.parametrize("through", ["fe", "be"])
+@pytest.mark.parametrize(
+    "headers, data",
+    [
+        pytest.param({"format": "csv", "column_separator": ","}, "3,c\n4,d\n", id="csv"),
+        pytest.param(
+            {"format": "json", "read_json_by_line": "true"}, '{"k": 3, "v": "c"}\n{"k": 4, "v": "d"}\n', id="json"
+        ),
+    ],
+)
+def test_pydoris_style_client_loads_directly_and_through_redirect(
+    fe_be: tuple[str, str], table: str, through: str, headers: dict[str, str], data: str
+) -> None:
+    """The calls `pydoris.doris_client.DorisClient.write` makes (requests, auth kept across the redirect)."""
+    base = fe_be[0] if through == "fe" else fe_be[1]
+    session = requests.sessions.Session()
+    session.should_strip_auth = lambda old_url, new_url: False  # type: ignore[method-assign]
+    resp = session.request(
+        "PUT",
+        url=f"{base}/api/{table}/t/_stream_load",
+        data=data,
+        headers={"Expect": "100-continue", "label": f"py_{uuid.uuid4().hex[:8]}", **headers},
+        auth=HTTPBasicAuth("root", ""),
+    )
+    assert resp.status_code == 200 and resp.reason == "OK" and resp.json()["Status"] == "Success", resp.text
+    assert DorisClient(fe_be[0]).rows(table, "SELECT * FROM t ORDER BY k") == [[3, "c"], [4, "d"]]
