@@ -121,9 +121,9 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     skip_lines = 0
     if fmt in ("csv_with_names", "csv_with_names_and_types"):
         skip_lines = 1 if fmt == "csv_with_names" else 2
-    elif fmt in ("parquet", "orc", "arrow"):
-        raise BadHeader(f"format {fmt} is not supported by this server yet; use csv or json")
-    elif fmt not in ("csv", "json"):
+    elif fmt == "arrow":
+        raise BadHeader("format arrow is not supported by this server yet; use csv, json, parquet or orc")
+    elif fmt not in ("csv", "json", "parquet", "orc"):
         raise BadHeader(f"unknown data format, format={_get(headers, 'format')}")
     raw_skip = _get(headers, "skip_lines")
     if raw_skip and not skip_lines:
@@ -219,7 +219,7 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         strict_mode=(strict_raw or "false").lower() == "true",
         timeout_s=timeout_s,
         comment=headers.get("comment", ""),
-        format="json" if fmt == "json" else "csv",
+        format=fmt if fmt in ("json", "parquet", "orc") else "csv",
         compression=compression,
         trim_double_quotes=_bool(headers, "trim_double_quotes"),
         empty_field_as_null=_bool(headers, "empty_field_as_null"),

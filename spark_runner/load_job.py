@@ -103,6 +103,26 @@ def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     return docs.selectExpr(POS, f"__doc AS {LINE}", f"{len(names)} AS {NCOLS}", bad, *fields)
 
 
+def columnar_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
+    """Read a staged Parquet or ORC body: columns are matched to the source names (case-insensitive);
+    a name the file lacks is NULL. Values go through the same conversions as text."""
+    frame = spark.read.format(plan.request.format).load(str(path))
+    present = {c.lower(): c for c in frame.columns}
+    fields = [
+        f"CAST({q(present[n.lower()])} AS STRING) AS {_field(i)}"
+        if n.lower() in present
+        else f"CAST(NULL AS STRING) AS {_field(i)}"
+        for i, n in enumerate(plan.source_fields)
+    ]
+    line = "to_json(struct(" + ", ".join(q(c) for c in frame.columns) + "))"
+    return frame.selectExpr(
+        f"monotonically_increasing_id() AS {POS}",
+        f"{line} AS {LINE}",
+        f"{len(plan.source_fields)} AS {NCOLS}",
+        *fields,
+    )
+
+
 def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPlan) -> DataFrame:
     """Rows given as values (INSERT ... VALUES), already split into fields; None is NULL."""
     n = len(plan.source_fields)

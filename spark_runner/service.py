@@ -13,7 +13,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loaders.errors import DataQualityError, LoadError
 from spark_runner.errors import spark_errors
-from spark_runner.load_job import JobOutcome, csv_source, frame_source, json_source, rows_source, run_load_job
+from spark_runner.load_job import (
+    JobOutcome,
+    columnar_source,
+    csv_source,
+    frame_source,
+    json_source,
+    rows_source,
+    run_load_job,
+)
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
 from tables.catalog import Catalog
@@ -93,8 +101,9 @@ class LoadService:
         self.txns.set_state(prepared.txn_id, ABORTED)
 
     def run_csv(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
-        """Run a staged stream-load body (CSV or JSON, as its `format` header says)."""
-        read = json_source if prepared.request.format == "json" else csv_source
+        """Run a staged stream-load body (CSV, JSON, Parquet or ORC, as its `format` header says)."""
+        readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
+        read = readers.get(prepared.request.format, csv_source)
         return self._run(prepared, lambda: read(self.spark, path, prepared.plan), load_bytes, receive_ms)
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:

@@ -46,7 +46,7 @@ class LoadRequest(BaseModel):
     column_separator: str = "\t"
     line_delimiter: str = "\n"
     skip_lines: int = 0
-    format: Literal["csv", "json"] = "csv"
+    format: Literal["csv", "json", "parquet", "orc"] = "csv"
     compression: Literal["gz", "bz2", "lz4", "zstd", "deflate"] | None = None
     trim_double_quotes: bool = False
     empty_field_as_null: bool = False

@@ -223,7 +223,7 @@ def test_bad_rows_fail_the_load_and_change_nothing(
             "There is no sequence column in the table t",
             id="sequence-header-on-table-without-sequence",
         ),
-        pytest.param({"format": "parquet"}, "parquet", id="parquet-not-yet"),
+        pytest.param({"format": "arrow"}, "arrow", id="arrow-not-yet"),
         pytest.param({"enclose": '"'}, "header enclose is not supported", id="enclose-not-yet"),
     ],
 )
@@ -524,3 +524,22 @@ def test_corrupt_compressed_body_fails_and_loads_nothing(doris: DorisClient, db:
             db, "t", _compress("gz", b"1,a,1\n"), headers={**CSV, "compress_type": "gz", "label": "bad_gz"}
         )
     )
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "orc"])
+def test_columnar_bodies_match_columns_by_name(doris: DorisClient, db: str, fmt: str, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.orc as orc
+    import pyarrow.parquet as pq
+
+    doris.sql(db, PLAIN_TABLE)
+    table = pa.table({"N": [5, 6], "k": [1, 2], "v": ["a", None], "extra": [0.5, 0.25]})
+    path = tmp_path / f"body.{fmt}"
+    pq.write_table(table, path) if fmt == "parquet" else orc.write_table(table, path)
+    body = assert_doris_result(
+        doris.stream_load(db, "t", path.read_bytes(), headers={"format": fmt, "max_filter_ratio": "0.5"}),
+        loaded=1,
+        filtered=1,
+    )
+    assert "column(v) values is null while columns is not nullable" in httpx.get(body["ErrorURL"]).text
+    assert rows(doris, db) == [[1, "a", 5]]

@@ -243,7 +243,7 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
             "Don't support both strip_outer_array and read_json_by_line",
             id="json-array-and-lines-together",
         ),
-        pytest.param({"format": "parquet"}, BadHeader, "format parquet is not supported", id="format-parquet"),
+        pytest.param({"format": "arrow"}, BadHeader, "format arrow is not supported", id="format-arrow"),
         pytest.param({"format": "xml"}, BadHeader, "unknown data format, format=xml", id="unknown-format"),
         pytest.param(
             {"skip_lines": "-1"},
