@@ -6,6 +6,7 @@
     ├── NotAuthorized           missing or wrong Basic credentials
     ├── BadRequest              body framing, size, a table or column the load cannot use
     ├── ServiceUnavailable      the server is draining for shutdown
+    ├── LoadTimeout             the load outlived its `timeout` header
     └── DataQualityError        too many filtered rows; carries the error-log URL
 
 `tables.errors.LabelAlreadyExists` is rendered with status "Label Already Exists".
@@ -53,6 +54,10 @@ class NotAuthorized(LoadError):
 
 class BadRequest(LoadError):
     code = "INVALID_ARGUMENT"
+
+
+class LoadTimeout(LoadError):
+    code = "TIMEOUT"
 
 
 class ServiceUnavailable(LoadError):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from loaders.errors import DataQualityError, LoadError
+from loaders.errors import DataQualityError, LoadError, LoadTimeout
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     JobOutcome,
@@ -136,7 +138,7 @@ class LoadService:
                 self.writer.pauses.hit("job", req.table)
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
-                with spark_errors():
+                with self._deadline(prepared), spark_errors():
                     frame: DataFrame = source()
                     outcome = run_load_job(
                         self.spark,
@@ -187,6 +189,41 @@ class LoadService:
             commit_and_publish_time_ms=commit_ms,
             error_url=self._write_error_log(prepared, outcome) if counts.filtered else None,
         )
+
+    @contextmanager
+    def _deadline(self, prepared: PreparedLoad) -> Iterator[None]:
+        """The load's `timeout`, counted from its start: past it, its Spark jobs are cancelled.
+
+        Raises:
+            LoadTimeout: the deadline passed (the transaction then aborts and leaves nothing).
+        """
+        timeout = prepared.request.timeout_s
+        remaining = timeout - (time.monotonic() - prepared.started)
+        if remaining <= 0:
+            raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")
+        context = self.spark.sparkContext
+        group = f"load_txn_{prepared.txn_id}"
+        context.setJobGroup(group, f"load {prepared.request.label}", interruptOnCancel=True)
+        expired = threading.Event()
+
+        def cancel() -> None:
+            expired.set()
+            context.cancelJobGroup(group)
+
+        timer = threading.Timer(remaining, cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except Exception:
+            if expired.is_set():  # whatever Spark raised for the cancelled job, the cause is the deadline
+                raise LoadTimeout(f"load timed out after {timeout} s (timeout header)") from None
+            raise
+        finally:
+            timer.cancel()
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        if expired.is_set():
+            raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")
 
     def _write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
         name = f"error_log_{prepared.txn_id}_{prepared.request.label}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -543,3 +545,30 @@ def test_columnar_bodies_match_columns_by_name(doris: DorisClient, db: str, fmt:
     )
     assert "column(v) values is null while columns is not nullable" in httpx.get(body["ErrorURL"]).text
     assert rows(doris, db) == [[1, "a", 5]]
+
+
+def test_load_past_its_timeout_fails_and_commits_nothing(doris: DorisClient, db: str) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    data = "".join(f"{i},v{i % 1000},{i}\n" for i in range(600_000))
+    body = assert_doris_result(
+        doris.stream_load(db, "t", data, headers={**CSV, "timeout": "1", "label": "too_slow"}),
+        status="Fail",
+        message_contains="[TIMEOUT]load timed out after 1 s",
+    )
+    assert body["NumberLoadedRows"] == 0
+    assert rows(doris, db) == []
+    assert doris.http.get(f"/api/{db}/get_load_state", params={"label": "too_slow"}).json()["data"] == "ABORTED"
+    assert_doris_result(doris.stream_load(db, "t", "1,a,1\n", headers={**CSV, "label": "too_slow"}), loaded=1)
+
+
+def test_slow_body_past_its_timeout_fails(doris: DorisClient, db: str) -> None:
+    doris.sql(db, PLAIN_TABLE)
+
+    def slow() -> Iterator[bytes]:
+        yield b"1,a,1\n"
+        time.sleep(1.5)
+        yield b"2,b,2\n"
+
+    resp = doris.http.put(f"/api/{db}/t/_stream_load", content=slow(), headers={**CSV, "timeout": "1"})
+    assert_doris_result(resp, status="Fail", message_contains="[TIMEOUT]")
+    assert rows(doris, db) == []
