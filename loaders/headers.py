@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+import zoneinfo
 from collections.abc import Mapping
 from typing import Literal
 
@@ -98,6 +99,26 @@ def parse_jsonpaths(text: str) -> tuple[str, ...]:
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("$") for p in paths):
         raise BadHeader(f"Invalid jsonpaths: {text}")
     return tuple("$" if p in ("$", "$.") else p for p in paths)
+
+
+OFFSET = re.compile(r"^[+-](0\d|1[0-4]):[0-5]\d$")
+
+
+def parse_time_zone(value: str | None) -> str | None:
+    """A time zone name (`Asia/Shanghai`, `UTC`) or offset (`+08:00`).
+
+    Raises:
+        BadHeader: an unknown zone.
+    """
+    if not value:
+        return None
+    if OFFSET.match(value):
+        return value
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise BadHeader(f"Unknown or incorrect time zone: '{value}'") from None
+    return value
 
 
 def validate_label(label: str) -> str:
@@ -218,6 +239,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         max_filter_ratio=max_filter_ratio,
         strict_mode=(strict_raw or "false").lower() == "true",
         timeout_s=timeout_s,
+        # `timezone` wins over its alias `time_zone`
+        time_zone=parse_time_zone(_get(headers, "timezone") or _get(headers, "time_zone")),
         comment=headers.get("comment", ""),
         format=fmt if fmt in ("json", "parquet", "orc") else "csv",
         compression=compression,

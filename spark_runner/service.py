@@ -106,16 +106,16 @@ class LoadService:
         """Run a staged stream-load body (CSV, JSON, Parquet or ORC, as its `format` header says)."""
         readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
         read = readers.get(prepared.request.format, csv_source)
-        return self._run(prepared, lambda: read(self.spark, path, prepared.plan), load_bytes, receive_ms)
+        return self._run(prepared, lambda spark: read(spark, path, prepared.plan), load_bytes, receive_ms)
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
-        return self._run(prepared, lambda: rows_source(self.spark, rows, prepared.plan), 0, 0)
+        return self._run(prepared, lambda spark: rows_source(spark, rows, prepared.plan), 0, 0)
 
     def run_frame(self, prepared: PreparedLoad, frame: DataFrame) -> LoadResult:
-        return self._run(prepared, lambda: frame_source(frame, prepared.plan), 0, 0)
+        return self._run(prepared, lambda spark: frame_source(frame, prepared.plan), 0, 0)
 
     def _run(
-        self, prepared: PreparedLoad, source: Callable[[], DataFrame], load_bytes: int, receive_ms: int
+        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
     ) -> LoadResult:
         req = prepared.request
         base = dict(
@@ -139,9 +139,10 @@ class LoadService:
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
                 with self._deadline(prepared), spark_errors():
-                    frame: DataFrame = source()
+                    spark = self._session_for(req)
+                    frame: DataFrame = source(spark)
                     outcome = run_load_job(
-                        self.spark,
+                        spark,
                         frame,
                         prepared.plan,
                         directory=rowset.directory,
@@ -150,7 +151,7 @@ class LoadService:
                         buckets=write_partitions(prepared.plan.table.buckets, load_bytes),
                         # a partial update reads the rows it updates; it runs in its commit turn, so
                         # nothing commits between this read and its own commit
-                        stored=merged_rows(self.spark, rowset.handle, show_hidden=True) if plan.reads_stored else None,
+                        stored=merged_rows(spark, rowset.handle, show_hidden=True) if plan.reads_stored else None,
                     )
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
@@ -189,6 +190,15 @@ class LoadService:
             commit_and_publish_time_ms=commit_ms,
             error_url=self._write_error_log(prepared, outcome) if counts.filtered else None,
         )
+
+    def _session_for(self, request: LoadRequest) -> SparkSession:
+        """The shared session, or for a load with a `timezone` header a session of its own with that zone
+        (same SparkContext, own SQL settings, so concurrent loads cannot race on it)."""
+        if request.time_zone is None:
+            return self.spark
+        session = self.spark.newSession()
+        session.conf.set("spark.sql.session.timeZone", request.time_zone)
+        return session
 
     @contextmanager
     def _deadline(self, prepared: PreparedLoad) -> Iterator[None]:

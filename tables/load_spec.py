@@ -60,6 +60,7 @@ class LoadRequest(BaseModel):
     max_filter_ratio: float = 0.0
     strict_mode: bool = False
     timeout_s: int = 259200
+    time_zone: str | None = None
     comment: str = ""
     partial_columns: bool = False
     partial_update_new_key_behavior: Literal["APPEND", "ERROR"] = "APPEND"

@@ -114,3 +114,9 @@ def test_concurrent_partial_updates_of_different_columns_both_survive(doris: Dor
         assert_doris_result(reply, loaded=1)
     k, a, b, c = rows(doris, table)[0]
     assert a in (1000, 1002, 1004) and b in ("s1", "s3", "s5") and c == 100, "an update of the other column was lost"
+
+
+def test_partial_update_with_its_own_time_zone(doris: DorisClient, table: str) -> None:
+    headers = {**PARTIAL, "columns": "k, a = hour(from_unixtime(0))", "timezone": "Asia/Shanghai"}
+    assert_doris_result(doris.stream_load(table, "t", "1\n", headers=headers), loaded=1)
+    assert rows(doris, table)[0] == [1, 8, "x", 100]

@@ -572,3 +572,30 @@ def test_slow_body_past_its_timeout_fails(doris: DorisClient, db: str) -> None:
     resp = doris.http.put(f"/api/{db}/t/_stream_load", content=slow(), headers={**CSV, "timeout": "1"})
     assert_doris_result(resp, status="Fail", message_contains="[TIMEOUT]")
     assert rows(doris, db) == []
+
+
+@pytest.mark.parametrize(
+    "headers, hour",
+    [
+        pytest.param({}, 0, id="server-default-utc"),
+        pytest.param({"timezone": "Asia/Shanghai"}, 8, id="timezone-name"),
+        pytest.param({"time_zone": "-05:00"}, 19, id="time-zone-alias-offset"),
+        pytest.param({"timezone": "+01:00", "time_zone": "Asia/Shanghai"}, 1, id="timezone-wins-over-alias"),
+    ],
+)
+def test_timezone_header_applies_to_load_expressions(
+    doris: DorisClient, db: str, headers: dict[str, str], hour: int
+) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    columns = {"columns": "k, v, n = hour(from_unixtime(0))"}
+    assert_doris_result(doris.stream_load(db, "t", "1,a\n", headers={**CSV, **columns, **headers}), loaded=1)
+    assert rows(doris, db) == [[1, "a", hour]]
+
+
+def test_unknown_timezone_is_refused(doris: DorisClient, db: str) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    assert_doris_result(
+        doris.stream_load(db, "t", "1,a,1\n", headers={**CSV, "timezone": "Mars/Olympus"}),
+        status="Fail",
+        message_contains="Unknown or incorrect time zone: 'Mars/Olympus'",
+    )
