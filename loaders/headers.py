@@ -35,8 +35,6 @@ IGNORED = (
 # Headers whose features are not built yet: refused rather than silently misapplied.
 _NOT_YET = {
     "partitions": "partitions",
-    "enclose": "enclose",
-    "escape": "escape",
     "temporary_partitions": "temporary_partitions",
     "negative": "negative",
 }
@@ -118,6 +116,21 @@ def parse_time_zone(value: str | None) -> str | None:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise BadHeader(f"Unknown or incorrect time zone: '{value}'") from None
+    return value
+
+
+def _single_char(headers: Mapping[str, str], name: str) -> str | None:
+    """`enclose` / `escape`: one byte, written as itself or as `\\xNN`.
+
+    Raises:
+        BadHeader: longer than one character.
+    """
+    raw = headers.get(name)
+    if not raw:
+        return None
+    value = decode_separator(raw, header=name)
+    if len(value.encode()) != 1:
+        raise BadHeader(f"{name} must be single-char, but got {raw}")
     return value
 
 
@@ -216,6 +229,7 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         if not 1 <= timeout_s <= MAX_TIMEOUT_S:
             raise BadHeader(f"Invalid timeout: {timeout_raw}, must be between 1 and {MAX_TIMEOUT_S} seconds")
 
+    enclose, escape = _single_char(headers, "enclose"), _single_char(headers, "escape")
     strip_outer_array = _bool(headers, "strip_outer_array")
     if fmt == "json" and strip_outer_array and _bool(headers, "read_json_by_line"):
         raise BadHeader("Don't support both strip_outer_array and read_json_by_line, choose one of them")
@@ -245,6 +259,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         format=fmt if fmt in ("json", "parquet", "orc") else "csv",
         compression=compression,
         trim_double_quotes=_bool(headers, "trim_double_quotes"),
+        enclose=enclose,
+        escape=escape,
         empty_field_as_null=_bool(headers, "empty_field_as_null"),
         strip_outer_array=fmt == "json" and strip_outer_array,
         jsonpaths=parse_jsonpaths(jsonpaths) if fmt == "json" and (jsonpaths := _get(headers, "jsonpaths")) else None,

@@ -23,7 +23,7 @@ from loaders.formats.csv import NULL_MARKER
 from spark_runner.merge import latest_per_key, sequence_order
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
-from tables.load_spec import LoadCounts, MergeType
+from tables.load_spec import LoadCounts, LoadRequest, MergeType
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef
 
 POS = "__pos"
@@ -60,8 +60,13 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     if req.skip_lines:
         text = text.where(f"{POS} >= {req.skip_lines}")
     sep = req.column_separator
-    pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
-    parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
+    if req.enclose or req.escape:
+        parts = text.where("value != ''").selectExpr(
+            POS, "value", f"{_quoted_split(req, len(plan.source_fields))} AS __parts"
+        )
+    else:
+        pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
+        parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
     fields = []
     for i in range(len(plan.source_fields)):
         value = f"get(__parts, {i})"
@@ -70,6 +75,33 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
         empty = f" WHEN {value} = '' THEN NULL" if req.empty_field_as_null else ""
         fields.append(f"CASE WHEN {value} = {lit(NULL_MARKER)} THEN NULL{empty} ELSE {value} END AS {_field(i)}")
     return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
+
+
+MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
+
+
+def _quoted_split(req: LoadRequest, expected: int) -> str:
+    """Fields of one line with `enclose` protecting separators and `escape` escaping the enclose character.
+
+    Spark's CSV parser per line; one extra field in the schema reveals lines with too many fields, and a
+    NULL marks a missing one, so the column count is exact. `\\N` keeps its meaning (handled by the caller).
+    """
+    width = expected + 1
+    schema = lit(", ".join(f"f{i} STRING" for i in range(width)))
+    options = {
+        "sep": req.column_separator,
+        "quote": req.enclose or "\u0000",
+        "escape": req.escape or req.enclose or "\\",
+        "nullValue": MISSING,
+        "emptyValue": "",
+        "ignoreLeadingWhiteSpace": "false",
+        "ignoreTrailingWhiteSpace": "false",
+        "mode": "PERMISSIVE",
+    }
+    rendered = "map(" + ", ".join(f"{lit(k)}, {lit(v)}" for k, v in options.items()) + ")"
+    parsed = f"from_csv(value, {schema}, {rendered})"
+    fields = ", ".join(f"{parsed}.f{i}" for i in range(width))
+    return f"filter(array({fields}), x -> x IS NOT NULL)"
 
 
 def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:

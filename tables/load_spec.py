@@ -49,6 +49,8 @@ class LoadRequest(BaseModel):
     format: Literal["csv", "json", "parquet", "orc"] = "csv"
     compression: Literal["gz", "bz2", "lz4", "zstd", "deflate"] | None = None
     trim_double_quotes: bool = False
+    enclose: str | None = None
+    escape: str | None = None
     empty_field_as_null: bool = False
     strip_outer_array: bool = False
     jsonpaths: tuple[str, ...] | None = None

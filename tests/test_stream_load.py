@@ -226,7 +226,7 @@ def test_bad_rows_fail_the_load_and_change_nothing(
             id="sequence-header-on-table-without-sequence",
         ),
         pytest.param({"format": "arrow"}, "arrow", id="arrow-not-yet"),
-        pytest.param({"enclose": '"'}, "header enclose is not supported", id="enclose-not-yet"),
+        pytest.param({"enclose": "''"}, "enclose must be single-char", id="enclose-of-two-chars"),
     ],
 )
 def test_bad_headers_fail_before_loading_anything(
@@ -599,3 +599,44 @@ def test_unknown_timezone_is_refused(doris: DorisClient, db: str) -> None:
         status="Fail",
         message_contains="Unknown or incorrect time zone: 'Mars/Olympus'",
     )
+
+
+@pytest.mark.parametrize(
+    "data, headers, counts, expected",
+    [
+        pytest.param('1,"a,b",3\n', {"enclose": '"'}, dict(loaded=1), [[1, "a,b", 3]], id="enclose-protects-separator"),
+        pytest.param(
+            '1,"a\\"b",3\n',
+            {"enclose": '"', "escape": "\\"},
+            dict(loaded=1),
+            [[1, 'a"b', 3]],
+            id="escape-inside-enclose",
+        ),
+        pytest.param(
+            '1,"x"\n2,"y",2,9\n3,"z",\\N\n',
+            {"enclose": '"', "max_filter_ratio": "1"},
+            dict(loaded=1, filtered=2),
+            [[3, "z", None]],
+            id="enclose-keeps-column-count-checks",
+        ),
+        pytest.param(
+            "1|'p|q'|4\n",
+            {"enclose": "'", "column_separator": "|"},
+            dict(loaded=1),
+            [[1, "p|q", 4]],
+            id="enclose-with-other-separator",
+        ),
+        pytest.param('1,"q",3\n', {"escape": "\\"}, dict(loaded=1), [[1, '"q"', 3]], id="escape-without-enclose"),
+    ],
+)
+def test_enclose_and_escape(
+    doris: DorisClient,
+    db: str,
+    data: str,
+    headers: dict[str, str],
+    counts: dict[str, int],
+    expected: list[list[object]],
+) -> None:
+    doris.sql(db, PLAIN_TABLE)
+    assert_doris_result(doris.stream_load(db, "t", data, headers={**CSV, **headers}), **counts)
+    assert rows(doris, db) == expected
