@@ -1,6 +1,8 @@
 """Stream-load headers → a frozen `LoadRequest`, with Doris's defaults and error texts (contract §2).
 
-Header names are case-insensitive; unknown headers are ignored, as Doris does.
+Header names are case-insensitive; unknown headers are ignored, as Doris does, and so are the ones that only
+tune Doris internals (`exec_mem_limit`, `send_batch_parallelism`, `load_to_single_tablet`,
+`memtable_on_sink_node`, `fuzzy_parse`, `num_as_string`: every value is read as text already).
 """
 
 from __future__ import annotations
@@ -20,23 +22,10 @@ from tables.load_spec import LoadRequest, MergeType
 LABEL_PATTERN = re.compile(r"^[-_A-Za-z0-9:]{1,128}$")
 MAX_TIMEOUT_S = 259200
 
-# Headers that only tune Doris internals: accepted and ignored.
-IGNORED = (
-    "exec_mem_limit",
-    "send_batch_parallelism",
-    "load_to_single_tablet",
-    "memtable_on_sink_node",
-    "load_stream_per_node",
-    "enable_profile",
-    "skip_record_to_audit_log_table",
-    "redirect-policy",
-)
-
 # Headers whose features are not built yet: refused rather than silently misapplied.
 _NOT_YET = {
     "partitions": "partitions",
     "temporary_partitions": "temporary_partitions",
-    "negative": "negative",
 }
 
 
@@ -169,6 +158,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
+    if _bool(headers, "negative"):
+        raise BadHeader("negative loads (SUM columns of aggregate tables) are not supported by this server yet")
     mode_raw = _get(headers, "unique_key_update_mode")
     if mode_raw is not None:
         mode = mode_raw.upper()

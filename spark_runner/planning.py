@@ -42,9 +42,6 @@ class LoadPlan:
     def scope(self) -> tuple[str, ...]:
         return self.source_fields + tuple(m.name for m in self.derived)
 
-    def is_table_column(self, name: str) -> bool:
-        return self.table.column(name) is not None
-
 
 def _need_sequence(table: TableDef) -> AnalysisError:
     return AnalysisError(f"Table {table.name} has sequence column, need to specify the sequence column")

@@ -284,6 +284,7 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
             id="unknown-new-key-behavior",
         ),
         pytest.param({"compress_type": "LZO"}, BadHeader, "compress_type LZO is not supported", id="lzo-not-built"),
+        pytest.param({"negative": "true"}, BadHeader, "negative loads", id="negative-not-built"),
         pytest.param({"compress_type": "rar"}, BadHeader, "unknown compress type: rar", id="unknown-compress-type"),
         pytest.param({"Content-Encoding": "br"}, BadHeader, "unsupported Content-Encoding: br", id="brotli-encoding"),
         pytest.param(
@@ -339,6 +340,10 @@ def test_json_format_headers(headers: dict[str, str], fmt: str, strip: bool) -> 
         pytest.param({"partial_update_new_key_behavior": "error"}, False, "ERROR", id="new-key-behavior-any-case"),
     ],
 )
+def test_negative_false_is_accepted() -> None:
+    assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).table == "t"
+
+
 def test_partial_update_headers(headers: dict[str, str], partial: bool, behavior: str) -> None:
     request = parse_load_request("db", "t", Headers(headers=headers))
     assert request.partial_columns is partial
