@@ -340,10 +340,6 @@ def test_json_format_headers(headers: dict[str, str], fmt: str, strip: bool) -> 
         pytest.param({"partial_update_new_key_behavior": "error"}, False, "ERROR", id="new-key-behavior-any-case"),
     ],
 )
-def test_negative_false_is_accepted() -> None:
-    assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).table == "t"
-
-
 def test_partial_update_headers(headers: dict[str, str], partial: bool, behavior: str) -> None:
     request = parse_load_request("db", "t", Headers(headers=headers))
     assert request.partial_columns is partial
@@ -398,3 +394,7 @@ def test_condition_header_is_parsed(headers: dict[str, str], field: str, spark_s
     assert expr.spark_sql == spark_sql
     assert expr.refs == refs
     assert expr.text == Headers(headers=headers)[field]
+
+
+def test_negative_false_is_accepted() -> None:
+    assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).table == "t"
