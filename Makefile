@@ -26,6 +26,7 @@ bench: install
 	$(PY) bench/bulk.py
 	$(PY) bench/small.py
 	$(PY) bench/mor.py
+	$(PY) bench/memory.py
 
 clean:
 	rm -rf $(VENV) data
