@@ -127,7 +127,9 @@ class SqlExecutor:
             return self._insert(text, session)
         if first in ("SELECT", "WITH", "(") or text.lstrip().startswith("("):
             return self._select(text, session, limit)
-        if first in ("UPDATE", "DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
+        if first == "UPDATE":
+            return self._update(text, session)
+        if first in ("DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
 
@@ -237,6 +239,46 @@ class SqlExecutor:
                 raise SqlError(f"Insert has filtered data in strict mode. url: {result.error_url or ''}".strip())
             raise SqlError(_strip_code(result.message))
         return ExecStatus(affected_rows=result.number_loaded_rows, info={"label": result.label, "txnId": result.txn_id})
+
+    def _update(self, text: str, session: Session) -> StatementResult:
+        """UPDATE t SET c = expr [, ...] [WHERE ...] on a unique table: the current rows that match, with the
+        new values, loaded again through the load pipeline, so sequence rules apply (an update that lowers
+        the sequence is ignored). A `sequence_type` table keeps each row's stored hidden sequence."""
+        tree = parse_query(text)
+        if not isinstance(tree, exp.Update) or not isinstance(tree.this, exp.Table):
+            raise SqlError("Syntax error in UPDATE")
+        table = self.catalog.load(tree.this.db or session.db, tree.this.name).definition
+        if not table.is_unique:
+            raise SqlError("Only unique table could be updated.")
+        assignments: dict[str, str] = {}
+        for item in tree.expressions:
+            if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+                raise SqlError(f"Syntax error in UPDATE: {item.sql(dialect='doris')}")
+            column = table.column(item.this.name)
+            if column is None or column.hidden:
+                raise SqlError(f"Unknown column '{item.this.name}' in table {table.name}")
+            if column.is_key:
+                raise SqlError("Only value columns of unique table could be updated")
+            assignments[column.name] = item.expression.sql(dialect="doris")
+        names = [c.name for c in table.columns]
+        keep_sequence = table.sequence_type is not None and table.sequence_col is None
+        if keep_sequence:
+            names.append(SEQUENCE_COL)
+        select = ", ".join(f"{assignments.get(n, f'`{n}`')} AS `{n}`" for n in names)
+        where = tree.args.get("where")
+        condition = f"`{DELETE_SIGN}` = 0" + (f" AND ({where.this.sql(dialect='doris')})" if where else "")
+        query = parse_query(f"SELECT {select} FROM `{table.db}`.`{table.name}` WHERE {condition}")
+        frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=True)
+        try:
+            request = insert_request(
+                db=table.db, table=table.name, columns=names, strict=session.flag("enable_insert_strict")
+            )
+            result = self.loads.run_frame(self.loads.prepare(request), frame)
+        finally:
+            drop_views(self.spark, views)
+        if result.status != "Success":
+            raise SqlError(_strip_code(result.message))
+        return ExecStatus(affected_rows=result.number_loaded_rows)
 
     def _select(self, text: str, session: Session, limit: int | None) -> StatementResult:
         tree = parse_query(text)

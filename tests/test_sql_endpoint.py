@@ -237,3 +237,57 @@ def test_truncate_keeps_the_schema_and_drops_the_rows(doris: DorisClient, db: st
     assert doris.rows(db, "SELECT * FROM t") == []
     doris.sql(db, "INSERT INTO t VALUES (2, 2)")
     assert doris.rows(db, "SELECT * FROM t") == [[2, 2]]
+
+
+def test_update_follows_sequence_rules_and_keeps_a_hidden_sequence(doris: DorisClient, db: str) -> None:
+    doris.sql(
+        db,
+        "CREATE TABLE s (k INT, v INT, w INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        "PROPERTIES ('function_column.sequence_col' = 'v')",
+    )
+    doris.sql(db, "INSERT INTO s VALUES (1, 10, 1), (2, 20, 2), (3, 30, 3)")
+    assert doris.sql(db, "UPDATE s SET v = 15, w = w * 100 WHERE k IN (1, 2)")["status"]["affectedRows"] == 2
+    # k=1: 15 >= 10 applies; k=2: 15 < 20 lowers the sequence and is ignored
+    assert doris.rows(db, "SELECT * FROM s ORDER BY k") == [[1, 15, 100], [2, 20, 2], [3, 30, 3]]
+    doris.sql(db, "UPDATE s SET w = 0")
+    assert doris.rows(db, "SELECT w FROM s ORDER BY k") == [[0], [0], [0]]
+
+    doris.sql(
+        db,
+        "CREATE TABLE h (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        "PROPERTIES ('function_column.sequence_type' = 'int')",
+    )
+    doris.sql(db, "INSERT INTO h (k, v, __DORIS_SEQUENCE_COL__) VALUES (1, 1, 13)")
+    doris.sql(db, "UPDATE h SET v = 11 WHERE k = 1")
+    hidden = "SET show_hidden_columns = true; SELECT k, v, __DORIS_SEQUENCE_COL__ FROM h"
+    assert doris.rows(db, hidden) == [[1, 11, 13]]
+
+
+@pytest.mark.parametrize(
+    "ddl, stmt, message",
+    [
+        pytest.param(
+            "CREATE TABLE u (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+            "UPDATE u SET k = 2",
+            "Only value columns of unique table could be updated",
+            id="key-column",
+        ),
+        pytest.param(
+            "CREATE TABLE u (k INT, v INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+            "UPDATE u SET v = 2",
+            "Only unique table could be updated.",
+            id="duplicate-table",
+        ),
+        pytest.param(
+            "CREATE TABLE u (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1",
+            "UPDATE u SET nosuch = 2",
+            "Unknown column 'nosuch'",
+            id="unknown-column",
+        ),
+    ],
+)
+def test_update_refusals(doris: DorisClient, db: str, ddl: str, stmt: str, message: str) -> None:
+    doris.sql(db, ddl)
+    doris.sql(db, "INSERT INTO u VALUES (1, 1)")
+    assert message in doris.sql_error(db, stmt)
+    assert doris.rows(db, "SELECT * FROM u") == [[1, 1]]
