@@ -94,11 +94,18 @@ class DorisClient:
 
     def curl_load(self, db: str, table: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
         """Load a file the way the Doris docs do: `curl --location-trusted -u root: -H ... -T file`."""
-        import json
+        return curl_stream_load(f"{self.base_url}/api/{db}/{table}/_stream_load", headers, path=path)
 
-        cmd = ["curl", "-sS", "--location-trusted", "-u", "root:"]
-        for name, value in headers.items():
-            cmd += ["-H", f"{name}: {value}"]
-        cmd += ["-T", path, f"{self.base_url}/api/{db}/{table}/_stream_load"]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
-        return json.loads(out.stdout)
+
+def curl_stream_load(
+    url: str, headers: dict[str, str], *, path: str | None = None, stdin: str | None = None
+) -> dict[str, Any]:
+    """`curl --location-trusted -u root: -H ... -T <file | ->`; stdin makes curl send the body chunked."""
+    import json
+
+    cmd = ["curl", "-sS", "--location-trusted", "-u", "root:"]
+    for name, value in headers.items():
+        cmd += ["-H", f"{name}: {value}"]
+    cmd += ["-T", path if path is not None else "-", url]
+    out = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -16,7 +14,7 @@ import pytest
 import requests
 from requests.auth import HTTPBasicAuth
 
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import DorisClient, assert_doris_result, curl_stream_load
 
 
 def _socket() -> socket.socket:
@@ -86,27 +84,9 @@ def test_curl_location_trusted_follows_the_redirect(fe_be: tuple[str, str], tabl
     fe, _ = fe_be
     data = tmp_path / "data.csv"
     data.write_text("1,a\n2,b\n")
-    out = subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "--location-trusted",
-            "-u",
-            "root:",
-            "-H",
-            "column_separator: ,",
-            "-H",
-            "label: curl_fe",
-            "-T",
-            str(data),
-            f"{fe}/api/{table}/t/_stream_load",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert_doris_result(json.loads(out.stdout), loaded=2)
+    headers = {"column_separator": ",", "label": "curl_fe"}
+    reply = curl_stream_load(f"{fe}/api/{table}/t/_stream_load", headers, path=str(data))
+    assert_doris_result(reply, loaded=2)
     assert DorisClient(fe).rows(table, "SELECT * FROM t ORDER BY k") == [[1, "a"], [2, "b"]]
 
 

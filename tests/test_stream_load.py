@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import DORIS_LOAD_KEYS, DorisClient, assert_doris_result
+from tests.helpers import DORIS_LOAD_KEYS, DorisClient, assert_doris_result, curl_stream_load
 
 SEQ_TABLE = """CREATE TABLE t (k INT NOT NULL, v VARCHAR(8), s INT)
 UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")"""
@@ -340,24 +339,9 @@ def test_duplicate_table_keeps_every_row(doris: DorisClient, db: str) -> None:
 def test_curl_chunked_body_and_expect_continue(doris: DorisClient, db: str, tmp_path: Path) -> None:
     doris.sql(db, PLAIN_TABLE)
     data = "".join(f"{i},v{i},{i}\n" for i in range(2000))
-    cmd = [
-        "curl",
-        "-sS",
-        "--location-trusted",
-        "-u",
-        "root:",
-        "-H",
-        "column_separator: ,",
-        "-H",
-        "Expect: 100-continue",
-        "-T",
-        "-",
-        f"{doris.base_url}/api/{db}/t/_stream_load",
-    ]
-    out = subprocess.run(cmd, input=data, capture_output=True, text=True, check=True, timeout=120)
-    import json
-
-    assert_doris_result(json.loads(out.stdout), loaded=2000)
+    headers = {"column_separator": ",", "Expect": "100-continue"}
+    reply = curl_stream_load(f"{doris.base_url}/api/{db}/t/_stream_load", headers, stdin=data)
+    assert_doris_result(reply, loaded=2000)
     assert doris.rows(db, "select count(*) from t") == [[2000]]
 
 
