@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app", description="Doris-compatible stream load on Spark")
     parser.add_argument("--host", help="listen address (SL_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (SL_PORT, default 8030)")
+    parser.add_argument("--mysql-port", type=int, help="MySQL-protocol port (SL_MYSQL_PORT, default 9030)")
     parser.add_argument("--data-dir", help="data directory (SL_DATA_DIR, default ./data)")
     args = parser.parse_args(argv)
     try:
@@ -36,7 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     from app.main import create_app
     from app.settings import Settings
 
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items() if v}
+    overrides = {
+        k: v
+        for k, v in {
+            "host": args.host,
+            "port": args.port,
+            "mysql_port": args.mysql_port,
+            "data_dir": args.data_dir,
+        }.items()
+        if v is not None
+    }
     settings = Settings(**overrides)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from app import admin, query, stream_load
 from app.deps import Services
 from app.lifecycle import LoadGate
+from app.mysql_server import bound_port, start_mysql_server
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -80,11 +81,20 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         services = await run_in_threadpool(build_services, settings, spark)
         services.gate = app.state.gate
         app.state.services = services
+        mysql = await start_mysql_server(
+            services.sql,
+            host=settings.host,
+            port=settings.mysql_port,
+            password=settings.root_password.get_secret_value(),
+        )
+        app.state.mysql_port = bound_port(mysql)
+        log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
         task = asyncio.create_task(maintenance_loop(services))
         try:
             yield
         finally:
             task.cancel()
+            mysql.close()
             services.txns.close()
 
     app = FastAPI(

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
         description="Front-end mode: stream loads on `port` answer Doris's 307 redirect to the BE listener on "
         "`be_port` (without reading the body), as a Doris FE does; both ports serve every other route.",
     )
+    mysql_port: int = Field(
+        9030, description="MySQL-protocol port (Doris FE's query_port); 0 picks a free port, logged at start."
+    )
     be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."

@@ -139,6 +139,7 @@ class Server:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SL_")}
         env["SL_SPARK_MASTER"] = self.spark_master
+        env["SL_MYSQL_PORT"] = "0"  # a free port: the benchmarks speak HTTP only
         env.update(self.extra_env)
         self._log = open(self.log_path, "ab")
         print(f"   server:  SL_SPARK_MASTER={self.spark_master} {shlex.join(self.argv)}  (log {self.log_path})")

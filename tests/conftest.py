@@ -44,21 +44,26 @@ def spark():  # type: ignore[no-untyped-def]
 def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from app.settings import Settings
 
-    return Settings(data_dir=tmp_path_factory.mktemp("server-data"))
+    return Settings(data_dir=tmp_path_factory.mktemp("server-data"), mysql_port=0)
 
 
 @pytest.fixture(scope="session")
-def base_url(spark, server_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def served_app(spark, server_settings):  # type: ignore[no-untyped-def]
+    from app.main import create_app
+
+    return create_app(server_settings, spark=spark)
+
+
+@pytest.fixture(scope="session")
+def base_url(served_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A real uvicorn serving the app on 127.0.0.1:<free port>, sharing the test run's SparkSession."""
     import uvicorn
-
-    from app.main import create_app
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(server_settings, spark=spark), log_level="warning")
+    config = uvicorn.Config(served_app, log_level="warning")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -71,6 +76,12 @@ def base_url(spark, server_settings) -> Iterator[str]:  # type: ignore[no-untype
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def mysql_port(base_url: str, served_app) -> int:  # type: ignore[no-untyped-def]
+    """The MySQL-protocol port of the test server (started by the app's lifespan on a free port)."""
+    return int(served_app.state.mysql_port)
 
 
 @pytest.fixture(scope="session")

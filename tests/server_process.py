@@ -29,6 +29,7 @@ class ServerProcess:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.mysql_port = 0
 
     @property
     def base_url(self) -> str:
@@ -36,9 +37,11 @@ class ServerProcess:
 
     def start(self, timeout: float = 120, **env: str) -> ServerProcess:
         self.port = free_port()
+        self.mysql_port = free_port()
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SL_")}
         full_env.update(
             SL_SPARK_MASTER="local[2]",
+            SL_MYSQL_PORT=str(self.mysql_port),
             SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}),
         )
         full_env.update(self.env)

@@ -33,7 +33,7 @@ def fe_be(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
 
     fe, be = _socket(), _socket()
     be_port = be.getsockname()[1]
-    settings = Settings(data_dir=tmp_path_factory.mktemp("fe-data"), fe_redirect=True, be_port=be_port)
+    settings = Settings(data_dir=tmp_path_factory.mktemp("fe-data"), fe_redirect=True, be_port=be_port, mysql_port=0)
     server = uvicorn.Server(uvicorn.Config(create_app(settings, spark=spark), log_level="warning"))
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [fe, be]}, daemon=True)

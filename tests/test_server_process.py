@@ -89,6 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     env = clean_env(
         SL_DATA_DIR=str(data_dir),
         SL_PORT=str(env_port),
+        SL_MYSQL_PORT="0",
         SL_SPARK_MASTER="local[2]",
         SL_SPARK_CONF='{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}',
         SL_LOG_LEVEL="warning",

@@ -1,0 +1,278 @@
+"""The MySQL-protocol listener (Doris FE's query_port, 9030): the same SQL as the HTTP endpoint, over mysql-mimic.
+
+One connection is one `sql.session.Session`, so `USE` and `SET show_hidden_columns = true` last until the client
+disconnects. Statements go to the same `SqlExecutor` the HTTP SQL endpoint uses; what a MySQL client sends for
+its own bookkeeping (`SET NAMES`, `SET autocommit`, `SELECT @@version_comment`, `SELECT DATABASE()`,
+`SHOW VARIABLES`, `COMMIT`, ...) is answered by mysql-mimic's session. Failures become MySQL error packets
+with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import inspect
+import logging
+import re
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+from mysql_mimic import MysqlServer, ResultColumn, ResultSet, utils
+from mysql_mimic import Session as MimicSession
+from mysql_mimic.auth import (
+    AuthInfo,
+    Decision,
+    Forbidden,
+    IdentityProvider,
+    NativePasswordAuthPlugin,
+    Success,
+    User,
+)
+from mysql_mimic.connection import Connection
+from mysql_mimic.errors import ErrorCode, MysqlError
+from mysql_mimic.results import AllowedResult
+from mysql_mimic.stream import MysqlStream
+from mysql_mimic.types import ColumnType
+from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
+from sqlglot import exp
+
+from app.auth import USERS
+from sql.errors import SqlError
+from sql.results import ExecStatus
+from sql.results import ResultSet as SqlResultSet
+from sql.session import Session as SqlSession
+from sql.tokens import Cursor, split_statements
+
+if TYPE_CHECKING:
+    from sql.executor import SqlExecutor
+
+log = logging.getLogger(__name__)
+
+# Doris answers `SELECT @@version` with a MySQL 5.7 version and names itself in version_comment
+DORIS_VARIABLES = {
+    **SYSTEM_VARIABLES,
+    "version": (str, "5.7.99", False),
+    "version_comment": (str, "Doris version doris-2.1.0 (doris-stream-load-spark)", False),
+    "default_storage_engine": (str, "olap", True),
+    "default_tmp_storage_engine": (str, "olap", True),
+    "sql_mode": (str, "ONLY_FULL_GROUP_BY", True),
+}
+
+# MySQL types of result columns, as Doris's FE reports them in the column definitions
+COLUMN_TYPES: dict[str, ColumnType] = {
+    "BOOLEAN": ColumnType.TINY,
+    "TINYINT": ColumnType.TINY,
+    "SMALLINT": ColumnType.SHORT,
+    "INT": ColumnType.LONG,
+    "BIGINT": ColumnType.LONGLONG,
+    "LARGEINT": ColumnType.STRING,
+    "FLOAT": ColumnType.FLOAT,
+    "DOUBLE": ColumnType.DOUBLE,
+    "DECIMAL": ColumnType.NEWDECIMAL,
+    "DATE": ColumnType.DATE,
+    "DATETIME": ColumnType.DATETIME,
+    "CHAR": ColumnType.STRING,
+    "VARCHAR": ColumnType.VAR_STRING,
+    "STRING": ColumnType.VAR_STRING,
+}
+
+# Spark's `LIMIT` takes a Java int: the largest one stands for "every row", as Doris's MySQL port returns
+NO_ROW_LIMIT = 2**31 - 1
+
+# client bookkeeping that mysql-mimic answers: transactions, KILL, and SHOW of server state
+_MIMIC_FIRST_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "KILL"})
+_DORIS_SHOW = frozenset({"DATABASES", "SCHEMAS", "TABLES", "FULL"})
+_CLIENT_FUNCTIONS = re.compile(
+    r"@@|\b(DATABASE|SCHEMA|USER|CURRENT_USER|SESSION_USER|SYSTEM_USER|VERSION|CONNECTION_ID)\s*\(", re.IGNORECASE
+)
+
+
+def doris_error(exc: SqlError) -> MysqlError:
+    """A statement failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`."""
+    return MysqlError(exc.doris_message, code=ErrorCode.UNKNOWN_ERROR)
+
+
+def result_columns(columns: list[tuple[str, str]]) -> list[ResultColumn]:
+    return [
+        ResultColumn(name=name, type=COLUMN_TYPES.get(type_name.upper(), ColumnType.VAR_STRING))
+        for name, type_name in columns
+    ]
+
+
+class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no type information
+    """One MySQL connection: a Doris SQL session on the shared executor, with mysql-mimic for client bookkeeping."""
+
+    dialect = "doris"
+
+    def __init__(self, executor: SqlExecutor) -> None:
+        self.sql = SqlSession(db="")
+        super().__init__(SessionVariables(GlobalVariables(DORIS_VARIABLES)))
+        self.executor = executor
+        self.affected_rows = 0
+
+    @property
+    def database(self) -> str | None:
+        """The Doris session's current database (set by the handshake, COM_INIT_DB or `USE`)."""
+        return self.sql.db or None
+
+    @database.setter
+    def database(self, value: str | None) -> None:
+        self.sql.db = value or ""
+
+    async def handle_query(self, sql: str, attrs: dict[str, str]) -> AllowedResult:
+        self.affected_rows = 0
+        try:
+            statements = split_statements(sql)
+        except SqlError as exc:
+            raise doris_error(exc) from None
+        if not statements:
+            raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
+        result: AllowedResult = None
+        for stmt in statements:
+            result = await self._statement(stmt, attrs)
+        return result
+
+    async def use(self, database: str) -> None:
+        """`USE db` and COM_INIT_DB (`mysql -D db`, pymysql's `database=`): the database must exist."""
+        await self._doris(f"USE `{database}`")
+
+    async def _statement(self, stmt: str, attrs: dict[str, str]) -> AllowedResult:
+        try:
+            cur = Cursor(stmt)
+            first, second = cur.word(), cur.word(1)
+        except SqlError as exc:
+            raise doris_error(exc) from None
+        if first in _MIMIC_FIRST_WORDS or (first == "SHOW" and second not in _DORIS_SHOW):
+            return await super().handle_query(stmt, attrs)
+        if first == "SET":
+            return await self._set(stmt, attrs)
+        if first == "SELECT" and " FROM " not in f" {stmt.upper()} " and _CLIENT_FUNCTIONS.search(stmt):
+            return await super().handle_query(stmt, attrs)
+        return await self._doris(stmt)
+
+    async def _set(self, stmt: str, attrs: dict[str, str]) -> AllowedResult:
+        """Session variables go to the Doris session; character sets, transactions and the MySQL variables
+        mysql-mimic knows (autocommit, sql_mode, time_zone, ...) also go to mysql-mimic's session."""
+        try:
+            tree = sqlglot.parse_one(stmt, dialect="doris")
+        except sqlglot.errors.ParseError:
+            return await self._doris(stmt)  # the executor words the syntax error
+        if not isinstance(tree, exp.Set):
+            return await self._doris(stmt)
+        for item in tree.expressions:
+            text = f"SET {item.sql(dialect='mysql')}"
+            kind = (item.text("kind") or "VARIABLE").upper()
+            if kind in ("NAMES", "CHARACTER SET", "TRANSACTION"):
+                await super().handle_query(text, attrs)
+                continue
+            await self._doris(f"SET {item.sql(dialect='doris')}")
+            assignment = item.this
+            name = assignment.this.name.lower() if isinstance(assignment, exp.EQ) else ""
+            if kind in ("VARIABLE", "SESSION", "LOCAL") and name in DORIS_VARIABLES:
+                await super().handle_query(text, attrs)
+        return None
+
+    async def _doris(self, stmt: str) -> AllowedResult:
+        try:
+            result = await asyncio.to_thread(self.executor.execute, stmt, self.sql, limit=NO_ROW_LIMIT)
+        except SqlError as exc:
+            raise doris_error(exc) from None
+        if isinstance(result, ExecStatus):
+            self.affected_rows = result.affected_rows
+            return None
+        assert isinstance(result, SqlResultSet)
+        return ResultSet(rows=result.rows, columns=result_columns(result.columns))
+
+
+class DorisPasswordPlugin(NativePasswordAuthPlugin):  # type: ignore[misc]  # mysql-mimic ships no type information
+    """mysql_native_password (as mysql-mimic 3.0 implements it) with Doris's refusal text."""
+
+    async def auth(self, auth_info: AuthInfo | None = None) -> AsyncGenerator[Decision, AuthInfo]:
+        if auth_info and auth_info.handshake_plugin_name == self.name and auth_info.handshake_auth_data:
+            nonce = auth_info.handshake_auth_data.rstrip(b"\x00")
+        else:
+            nonce = utils.nonce(20)
+            auth_info = yield nonce + b"\x00"
+        user = auth_info.user
+        if self.password_matches(user=user, scramble=auth_info.data, nonce=nonce):
+            yield Success(user.name)
+        else:
+            used = "YES" if auth_info.data else "NO"
+            yield Forbidden(f"Access denied for user '{user.name}' (using password: {used})")
+
+
+class DorisUsers(IdentityProvider):  # type: ignore[misc]  # mysql-mimic ships no type information
+    """The users of HTTP Basic auth (`app/auth.py`), with the same password."""
+
+    def __init__(self, password: str) -> None:
+        self.password = password
+
+    def get_plugins(self) -> list[DorisPasswordPlugin]:
+        return [DorisPasswordPlugin()]
+
+    async def get_user(self, username: str) -> User | None:
+        name = username.split("@", 1)[0]
+        if not any(hmac.compare_digest(name, known) for known in USERS):
+            # not a hex digest: no password matches, so an unknown user gets the same refusal as a wrong password
+            return User(name=name, auth_string="-", auth_plugin=DorisPasswordPlugin.name)
+        auth = NativePasswordAuthPlugin.create_auth_string(self.password) if self.password else None
+        return User(name=name, auth_string=auth, auth_plugin=DorisPasswordPlugin.name)
+
+
+class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no type information
+    """A connection whose OK packet carries the statement's affected rows (`Query OK, 1 row affected`)."""
+
+    session: DorisSession
+
+    def ok(self, **kwargs: Any) -> bytes:
+        if "affected_rows" not in kwargs and isinstance(self.session, DorisSession):
+            kwargs["affected_rows"] = self.session.affected_rows
+            self.session.affected_rows = 0
+        ok: bytes = super().ok(**kwargs)
+        return ok
+
+
+class DorisMysqlServer(MysqlServer):  # type: ignore[misc]  # mysql-mimic ships no type information
+    """mysql-mimic's server with `DorisConnection`; the accept callback follows mysql-mimic 3.0's."""
+
+    async def _client_connected_cb(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = MysqlStream(reader, writer)
+        try:
+            session = self.session_factory()
+            if inspect.isawaitable(session):
+                session = await session
+            connection = DorisConnection(
+                stream=stream,
+                session=session,
+                control=self.control,
+                server_capabilities=self.capabilities,
+                identity_provider=self.identity_provider,
+                ssl=self.ssl,
+            )
+            connection_id = await self.control.add(connection)
+            connection.connection_id = connection_id
+        except Exception:  # a client must get an error packet rather than a hung socket
+            log.exception("MySQL connection setup failed")
+            writer.close()
+            return
+        try:
+            await connection.start()
+        finally:
+            writer.close()
+            await self.control.remove(connection_id)
+
+
+async def start_mysql_server(executor: SqlExecutor, *, host: str, port: int, password: str) -> DorisMysqlServer:
+    """Listen on `host:port` (0: a free port); the bound port is `server.sockets()[0].getsockname()[1]`.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    server = DorisMysqlServer(session_factory=lambda: DorisSession(executor), identity_provider=DorisUsers(password))
+    await server.start_server(host=host, port=port)
+    return server
+
+
+def bound_port(server: MysqlServer) -> int:
+    return int(server.sockets()[0].getsockname()[1])
