@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench openapi clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ bench: install
 	$(PY) bench/small.py
 	$(PY) bench/mor.py
 	$(PY) bench/memory.py
+
+# regenerate openapi/openapi.json from the app (tests/test_openapi.py fails when it is stale)
+openapi: install
+	$(PY) -m app.openapi
 
 clean:
 	rm -rf $(VENV) data

@@ -8,30 +8,36 @@ from starlette.responses import PlainTextResponse, Response
 
 from app.auth import fe_auth_failure
 from app.deps import ServicesDep
+from app.openapi import HealthReply, LoadStateReply, SchemaReply, reply
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
 from tables.errors import DorisError
 
 router = APIRouter()
 
 
-@router.get("/")
+@router.get("/", operation_id="root", summary="Liveness probe")
 async def root() -> PlainTextResponse:
     return PlainTextResponse("Doris-compatible stream load service\n")
 
 
-@router.get("/api/health")
+@router.get("/api/health", operation_id="health", summary="Backends alive", responses=reply(HealthReply, "FE envelope"))
 async def health() -> Response:
     return fe_json({"online_backend_num": 1, "total_backend_num": 1})
 
 
-@router.get("/api/backends")
+@router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
 async def backends(request: Request, services: ServicesDep) -> Response:
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
     return fe_json({"backends": [{"ip": host, "http_port": port, "is_alive": True}]})
 
 
-@router.get("/api/{db}/get_load_state")
+@router.get(
+    "/api/{db}/get_load_state",
+    operation_id="get_load_state",
+    summary="State of the load with this label",
+    responses=reply(LoadStateReply, "FE envelope; `data` is UNKNOWN, PREPARE, VISIBLE or ABORTED"),
+)
 async def get_load_state(db: str, request: Request, services: ServicesDep, label: str | None = None) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
@@ -42,7 +48,13 @@ async def get_load_state(db: str, request: Request, services: ServicesDep, label
     return fe_json(services.txns.label_state(db, label))
 
 
-@router.get("/api/_load_error_log")
+@router.get(
+    "/api/_load_error_log",
+    operation_id="load_error_log",
+    summary="Rejected rows of a load (the reply's ErrorURL)",
+    response_class=PlainTextResponse,
+    responses={404: {"description": "No such error log"}},
+)
 async def load_error_log(services: ServicesDep, file: str = "") -> Response:
     text = services.loads.error_log(file)
     if text is None:
@@ -50,7 +62,12 @@ async def load_error_log(services: ServicesDep, file: str = "") -> Response:
     return PlainTextResponse(text)
 
 
-@router.get("/api/{db}/{table}/_schema")
+@router.get(
+    "/api/{db}/{table}/_schema",
+    operation_id="table_schema",
+    summary="Table schema, as the Flink/Spark connectors read it",
+    responses=reply(SchemaReply, "FE envelope"),
+)
 async def table_schema(db: str, table: str, request: Request, services: ServicesDep) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, query, stream_load
+from app import admin, openapi, query, stream_load
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
@@ -103,6 +103,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         lifespan=lifespan,
         description="Apache Doris stream-load and HTTP SQL interfaces, with the data pipeline on Apache Spark.",
     )
+    openapi.install(app)
     app.state.gate = LoadGate()
     app.include_router(stream_load.router)
     app.include_router(query.router)

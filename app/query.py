@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from app.auth import fe_auth_failure
 from app.deps import ServicesDep
+from app.openapi import QueryReply, query_operation, reply
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
 from sql.errors import SqlError
 from sql.results import ResultSet
@@ -18,7 +19,13 @@ from sql.session import Session
 router = APIRouter()
 
 
-@router.post("/api/query/{ns}/{db}")
+@router.post(
+    "/api/query/{ns}/{db}",
+    operation_id="query",
+    summary="Run SQL statements in the database (FE HTTP SQL interface)",
+    responses=reply(QueryReply, "FE envelope; `data` is a result set, an exec status or the error text."),
+    openapi_extra=query_operation(),
+)
 async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)

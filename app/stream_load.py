@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth import check_basic_auth
 from app.deps import Services, ServicesDep
+from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse, load_error_result
 from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
 from loaders.headers import parse_load_request
@@ -120,7 +121,14 @@ def fe_redirect(request: Request, services: Services) -> Response | None:
     return Response(status_code=307, headers={"Location": location}, media_type="text/html;charset=utf-8")
 
 
-@router.put("/api/{db}/{table}/_stream_load", response_model=None)
+@router.put(
+    "/api/{db}/{table}/_stream_load",
+    response_model=None,
+    operation_id="stream_load",
+    summary="Stream load: the body becomes one load into the table",
+    responses=LOAD_REPLY,
+    openapi_extra=stream_load_operation(),
+)
 async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> Response:
     if (redirect := fe_redirect(request, services)) is not None:
         return redirect
