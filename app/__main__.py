@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import sys
 
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         if v is not None
     }
     settings = Settings(**overrides)
+    # one line per record on stderr, next to uvicorn's: the structured `app.load` lines go here
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     server = DrainingServer(config, app.state.gate, settings.shutdown_timeout_seconds)

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, openapi, query, stream_load
+from app import admin, metrics, openapi, query, stream_load
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
 from app.settings import Settings
+from tables.rowsets import rowsets_per_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await run_in_threadpool(build_services, settings, spark)
         services.gate = app.state.gate
+        app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))
         app.state.services = services
         mysql = await start_mysql_server(
             services.sql,
@@ -105,7 +107,9 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     )
     openapi.install(app)
     app.state.gate = LoadGate()
+    app.state.metrics = metrics.LoadMetrics()
     app.include_router(stream_load.router)
     app.include_router(query.router)
     app.include_router(admin.router)
+    app.include_router(metrics.router)
     return app

@@ -132,12 +132,16 @@ def fe_redirect(request: Request, services: Services) -> Response | None:
 async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> Response:
     if (redirect := fe_redirect(request, services)) is not None:
         return redirect
+    started = time.monotonic()
     if not services.gate.enter():
-        return DorisLoadResponse(load_error_result(SHUTTING_DOWN, label=request.headers.get("label", "")))
+        result = load_error_result(SHUTTING_DOWN, label=request.headers.get("label", ""))
+        request.app.state.metrics.observe_load(db, table, result, time.monotonic() - started)
+        return DorisLoadResponse(result)
     try:
         result = await execute_stream_load(db, table, request, services)
     finally:
         services.gate.exit()
+    request.app.state.metrics.observe_load(db, table, result, time.monotonic() - started)
     if result.error_url and result.error_url.startswith("/"):
         result = result.model_copy(update={"error_url": str(request.base_url).rstrip("/") + result.error_url})
     return DorisLoadResponse(result)
