@@ -1,0 +1,20 @@
+# The service in one image: Python 3.11 (slim Debian) with Java 17 for Spark, installed by `make install`,
+# the step `make run` runs first. Data (catalog, warehouse, labels) lives in the /data volume.
+#   docker build -t doris-stream-load-spark .
+#   docker run -p 8030:8030 -p 9030:9030 -v doris-data:/data doris-stream-load-spark
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless make procps curl \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /srv/app
+COPY . .
+RUN make install PYTHON=python3
+
+ENV SL_HOST=0.0.0.0 \
+    SL_DATA_DIR=/data
+VOLUME ["/data"]
+EXPOSE 8030 9030
+
+ENTRYPOINT [".venv/bin/python", "-m", "app"]
