@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,8 +23,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def default_command(port: int, mysql_port: int, data_dir: Path) -> list[str]:
+    """`python -m app --host 127.0.0.1 --port P --data-dir D` (the MySQL port comes from SL_MYSQL_PORT)."""
+    return [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
+
+
 class ServerProcess:
-    def __init__(self, data_dir: Path, log_path: Path, **env: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        command: Callable[[int, int, Path], list[str]] = default_command,
+        **env: str,
+    ) -> None:
+        self.command = command
         self.data_dir = data_dir
         self.log_path = log_path
         self.env = env
@@ -49,17 +62,7 @@ class ServerProcess:
         self._log = open(self.log_path, "ab")
         self.log_offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data_dir),
-            ],
+            self.command(self.port, self.mysql_port, self.data_dir),
             cwd=ROOT,
             env=full_env,
             stdout=self._log,

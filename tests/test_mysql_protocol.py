@@ -4,6 +4,8 @@ the HTTP endpoint, a session per connection, Doris's result metadata and error p
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,3 +192,80 @@ def test_seed_000_sessions_run_over_mysql(conn) -> None:  # type: ignore[no-unty
             # DESC's Type column: the seed prints Doris's short names (`int`, `bigint`)
             got = [got[0]] + [(r[0], r[1].lower().split("(")[0], *r[2:]) for r in got[1:]]
         assert got == expected, f"{stmt}\nexpected {expected}\ngot      {got}"
+
+
+# -- the mysql command-line client (Debian's default-mysql-client-core), when installed ---------------------
+
+needs_mysql_cli = pytest.mark.skipif(shutil.which("mysql") is None, reason="the mysql client is not installed")
+
+
+def mysql_cli(port: int, db: str, script: str) -> subprocess.CompletedProcess[str]:
+    """`mysql --table` reading the script on stdin: one connection, so one session, as a user types it."""
+    return subprocess.run(
+        ["mysql", "-h", "127.0.0.1", "-P", str(port), "-u", "root", "-D", db, "--table"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def printed_tables(output: str) -> list[list[tuple[str, ...]]]:
+    """The boxed tables `mysql --table` prints, in order."""
+    tables: list[list[tuple[str, ...]]] = []
+    current: list[str] = []
+    for line in output.splitlines():
+        if line.startswith(("+", "|")):
+            current.append(line)
+        # a table has three borders: above and below the header, and at the end
+        if sum(1 for c in current if c.startswith("+")) == 3:
+            tables.append(parse_table("\n".join(current)))
+            current = []
+    return tables
+
+
+@needs_mysql_cli
+def test_mysql_cli_session_keeps_show_hidden_columns(mysql_port: int, db: str) -> None:
+    script = """
+CREATE TABLE c (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1;
+INSERT INTO c VALUES (1, 'x');
+SELECT * FROM c;
+SET show_hidden_columns = true;
+SELECT k, v, __DORIS_DELETE_SIGN__ FROM c;
+"""
+    done = mysql_cli(mysql_port, db, script)
+    assert done.returncode == 0, done.stderr
+    assert printed_tables(done.stdout) == [
+        [("k", "v"), ("1", "x")],
+        [("k", "v", "__DORIS_DELETE_SIGN__"), ("1", "x", "0")],
+    ]
+    failed = mysql_cli(mysql_port, db, "SELECT * FROM missing_table;")
+    assert failed.returncode == 1
+    assert (
+        "ERROR 1105 (HY000) at line 1: errCode = 2, detailMessage = Unknown table 'missing_table'" in failed.stderr
+    ), failed.stderr
+
+
+@needs_mysql_cli
+def test_seed_000_sessions_run_through_the_mysql_client(mysql_port: int, db: str) -> None:
+    steps = seed_000_sessions()
+    statements, expected, creates = [], [], 0
+    for stmt, printed, _ in steps:
+        if stmt.startswith("CREATE TABLE"):
+            if creates:
+                statements.append("DROP TABLE upsert_test")
+                stmt = re.sub(r",\s*\)\s*ENGINE", "\n) ENGINE", stmt)
+            creates += 1
+        statements.append(stmt)
+        if printed is not None:
+            expected.append(parse_table(printed))
+    done = mysql_cli(mysql_port, db, ";\n".join(statements) + ";\n")
+    if re.search(r"sequence[ _]mapping", done.stderr, re.IGNORECASE):
+        pytest.xfail(f"sequence_mapping lands with issue 5: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    got = printed_tables(done.stdout)
+    # DESC's Type column: the seed prints Doris's short names (`int`, `bigint`)
+    got = [
+        [t[0]] + [(r[0], r[1].lower().split("(")[0], *r[2:]) for r in t[1:]] if t[0][0] == "Field" else t for t in got
+    ]
+    assert got == expected
