@@ -269,3 +269,33 @@ def test_seed_000_sessions_run_through_the_mysql_client(mysql_port: int, db: str
         [t[0]] + [(r[0], r[1].lower().split("(")[0], *r[2:]) for r in t[1:]] if t[0][0] == "Field" else t for t in got
     ]
     assert got == expected
+
+
+def test_password_is_the_http_password() -> None:
+    """With SL_ROOT_PASSWORD set, MySQL clients log in with it, as HTTP Basic clients do."""
+    import asyncio
+    import threading
+
+    from app.mysql_server import bound_port, start_mysql_server
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    # no statement reaches the executor here: login and `SELECT @@...` are answered by the protocol layer
+    server = asyncio.run_coroutine_threadsafe(
+        start_mysql_server(None, host="127.0.0.1", port=0, password="s3cret"),  # type: ignore[arg-type]
+        loop,
+    ).result(timeout=30)
+    port = bound_port(server)
+    try:
+        for user in ("root", "admin"):
+            conn = pymysql.connect(host="127.0.0.1", port=port, user=user, password="s3cret")
+            cur = conn.cursor()
+            cur.execute("SELECT @@version")
+            assert cur.fetchone() == ("5.7.99",)
+            conn.close()
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            pymysql.connect(host="127.0.0.1", port=port, user="root", password="")
+        assert err.value.args == (1045, "Access denied for user 'root' (using password: NO)")
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
