@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_runner.merge import latest_per_key, sequence_order
+from spark_runner.merge import merge_rows
 from spark_runner.sqltext import q, value_type_sql
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
@@ -32,12 +32,11 @@ def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool =
     """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked."""
     table = handle.definition
     df = read_rowsets(spark, handle)
-    if table.is_unique:
-        seq = q(SEQUENCE_COL) if table.has_sequence else None
-        df = latest_per_key(df, table.key_columns, sequence_order(seq, q(VERSION_COL)))
-        if table.delete_sign and not show_hidden:
-            df = df.where(f"{q(DELETE_SIGN)} = 0")
-    columns = list(table.columns) + (list(table.hidden_columns()) if show_hidden else [])
+    seq = q(SEQUENCE_COL) if table.has_sequence else None
+    df = merge_rows(df, table, q(VERSION_COL), sequence=seq)
+    if table.is_unique and table.delete_sign and not show_hidden:
+        df = df.where(f"{q(DELETE_SIGN)} = 0")
+    columns = list(table.columns) + (list(table.shown_hidden_columns()) if show_hidden else [])
     return df.selectExpr(*[f"CAST({q(c.name)} AS {value_type_sql(c.type)}) AS {q(c.name)}" for c in columns])
 
 

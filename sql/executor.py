@@ -151,7 +151,7 @@ class SqlExecutor:
         show_hidden = session.flag("show_hidden_columns")
         cols = list(table.columns)
         if show_hidden:
-            hidden = {c.name: c for c in table.hidden_columns()}
+            hidden = {c.name: c for c in table.shown_hidden_columns()}
             # DESC lists hidden columns as delete sign, sequence, version (contract §6.1)
             cols += [hidden[n] for n in (DELETE_SIGN, SEQUENCE_COL, VERSION_COL) if n in hidden]
         rows = []
