@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from spark_runner.merge import merge_rows
-from spark_runner.sqltext import q, value_type_sql
+from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sql
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
@@ -25,7 +25,20 @@ def read_rowsets(spark: SparkSession, handle: TableHandle) -> DataFrame:
     files = handle.data_files()
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
+    df = spark.read.schema(schema).parquet(*files)
+    late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
+    if not late:
+        return df
+    # rows loaded before ALTER TABLE ADD COLUMN read the column's DEFAULT (their files lack the field)
+    return df.selectExpr(
+        *[
+            f"CASE WHEN {q(VERSION_COL)} < {c.since_version} THEN CAST({default_sql(c)} AS "
+            f"{storage_type_sql(c.type)}) ELSE {q(c.name)} END AS {q(c.name)}"
+            if c.name in late
+            else q(c.name)
+            for c, _ in cols
+        ]
+    )
 
 
 def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:

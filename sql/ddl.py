@@ -54,7 +54,8 @@ def _parse_type(cur: Cursor) -> DorisType:
         raise SqlError(str(exc)) from None
 
 
-def _parse_column(cur: Cursor) -> ColumnDef:
+def parse_column(cur: Cursor, stop: tuple[str, ...] = ()) -> ColumnDef:
+    """One column definition; stops at `,`, `)` or one of the `stop` words (ALTER's AFTER, FIRST, ...)."""
     name = cur.name()
     if name.upper().startswith(HIDDEN_PREFIX):
         raise SqlError(f"Incorrect column name '{name}'. Column name can not start with '{HIDDEN_PREFIX}'")
@@ -65,7 +66,7 @@ def _parse_column(cur: Cursor) -> ColumnDef:
     has_default = False
     comment = ""
     is_key = False
-    while not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN):
+    while not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN) and cur.word() not in stop:
         if cur.accept("KEY"):
             is_key = True
         elif cur.word() in AGGREGATIONS:
@@ -118,7 +119,7 @@ def _name_list(cur: Cursor) -> list[str]:
     return names
 
 
-def _properties(cur: Cursor) -> dict[str, str]:
+def parse_properties(cur: Cursor) -> dict[str, str]:
     cur.expect_type(TokenType.L_PAREN, "(")
     props: dict[str, str] = {}
     if cur.accept_type(TokenType.R_PAREN):
@@ -157,7 +158,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
                 else:
                     cur.next()
         else:
-            columns.append(_parse_column(cur))
+            columns.append(parse_column(cur))
         if not cur.accept_type(TokenType.COMMA):
             break
         if cur.at(TokenType.R_PAREN):
@@ -201,7 +202,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
         elif cur.accept("ROLLUP"):
             cur.skip_parens()
         elif cur.accept("PROPERTIES"):
-            props = _properties(cur)
+            props = parse_properties(cur)
         else:
             raise cur.error("a table clause")
     return CreateTable(
@@ -292,7 +293,7 @@ def build_table_def(
     if buckets < 1:
         raise SqlError("Number of hash distribution should be greater than zero.")
     merge_on_write = keys_type is KeysType.UNIQUE and _bool_prop(props, "enable_unique_key_merge_on_write", True)
-    mapping = _sequence_mapping(props, fixed, keys_type, merge_on_write)
+    mapping = check_sequence_mapping(props, fixed, keys_type, merge_on_write)
     version_col = _replace_version_column(props, fixed, keys_type)
     # Doris's property, and the name 004_719a6f3ac1a41aa8.txt uses for it
     replace_if_not_null = _bool_prop(props, "enable_unique_key_replace_if_not_null", False) or _bool_prop(
@@ -317,7 +318,7 @@ def build_table_def(
         seq_col = mapped.name
     elif seq_type_raw:
         try:
-            seq_type = DorisType.parse(*_split_type(seq_type_raw))
+            seq_type = DorisType.parse(*split_type(seq_type_raw))
         except UnsupportedType:
             raise SqlError(f"Unsupported data type: {seq_type_raw}") from None
         if not seq_type.can_be_sequence:
@@ -343,7 +344,7 @@ def build_table_def(
     )
 
 
-def _sequence_mapping(
+def check_sequence_mapping(
     props: dict[str, str], columns: list[ColumnDef], keys_type: KeysType, merge_on_write: bool
 ) -> dict[str, tuple[str, ...]]:
     """`sequence_mapping.<seq>` = "<value columns>" properties, checked as Doris checks them.
@@ -411,7 +412,7 @@ def _replace_version_column(props: dict[str, str], columns: list[ColumnDef], key
     return col.name
 
 
-def _split_type(text: str) -> tuple[str, list[int]]:
+def split_type(text: str) -> tuple[str, list[int]]:
     text = text.strip()
     if "(" in text and text.endswith(")"):
         base, args = text[:-1].split("(", 1)

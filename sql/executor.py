@@ -8,17 +8,19 @@ import time
 import sqlglot
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from sqlglot import exp
+from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
 from spark_runner.queries import collect_result
 from spark_runner.service import LoadService
+from sql.alter import parse_alter, plan_alter
 from sql.ddl import parse_create_table
 from sql.errors import SqlError
 from sql.insert import insert_request, insert_target, values_rows
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.select import drop_views, parse_query, run_query
 from sql.session import Session
+from sql.show_create import show_create_table
 from sql.tokens import Cursor, split_statements
 from tables.catalog import Catalog
 from tables.commit import TableWriter
@@ -28,6 +30,21 @@ from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType, Table
 log = logging.getLogger(__name__)
 
 BUILTIN_DATABASES = ("information_schema", "mysql")
+ALTER_JOB_COLUMNS = (
+    "JobId",
+    "TableName",
+    "CreateTime",
+    "FinishTime",
+    "IndexName",
+    "IndexId",
+    "OriginIndexId",
+    "SchemaVersion",
+    "TransactionId",
+    "State",
+    "Msg",
+    "Progress",
+    "Timeout",
+)
 
 
 class SqlExecutor:
@@ -129,6 +146,11 @@ class SqlExecutor:
             return self._select(text, session, limit)
         if first == "UPDATE":
             return self._update(text, session)
+        if first == "ALTER" and second == "TABLE":
+            alter = parse_alter(text)
+            handle = self.catalog.load(alter.db or session.db, alter.table)
+            self.writer.alter(handle.definition.db, handle.definition.name, plan_alter(alter))
+            return ExecStatus()
         if first in ("DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
@@ -139,6 +161,15 @@ class SqlExecutor:
         if cur.accept("DATABASES") or cur.accept("SCHEMAS"):
             names = list(BUILTIN_DATABASES) + self.catalog.list_databases()
             return ResultSet(columns=[("Database", "VARCHAR")], rows=[[n] for n in sorted(set(names))])
+        if cur.accept("CREATE", "TABLE"):
+            db, name = cur.qualified_name()
+            table = self.catalog.load(db or session.db, name).definition
+            return ResultSet(
+                columns=[("Table", "VARCHAR"), ("Create Table", "VARCHAR")],
+                rows=[[table.name, show_create_table(table)]],
+            )
+        if cur.accept("ALTER", "TABLE", "COLUMN"):
+            return self._show_alter(cur, session)
         cur.accept("FULL")
         if cur.accept("TABLES"):
             db = session.db
@@ -146,6 +177,45 @@ class SqlExecutor:
                 db = cur.name()
             return ResultSet(columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)])
         raise SqlError("This SHOW statement is not supported by this server yet")
+
+    def _show_alter(self, cur: Cursor, session: Session) -> ResultSet:
+        """`SHOW ALTER TABLE COLUMN [FROM db] [WHERE TableName = 't'] ...`: every schema change, FINISHED."""
+        db = session.db
+        if cur.accept("FROM") or cur.accept("IN"):
+            db = cur.name()
+        wanted: str | None = None
+        if cur.accept("WHERE"):
+            if cur.word() != "TABLENAME":
+                raise SqlError("SHOW ALTER TABLE COLUMN supports WHERE TableName = '<table>' only")
+            cur.next()
+            cur.expect_type(TokenType.EQ, "=")
+            wanted = cur.string()
+        names = ALTER_JOB_COLUMNS
+        rows: list[list[object]] = []
+        for name in self.catalog.list_tables(db):
+            if wanted is not None and name != wanted:
+                continue
+            table = self.catalog.load(db, name).definition
+            for job in table.alter_jobs:
+                rows.append(
+                    [
+                        job.job_id,
+                        name,
+                        job.create_time,
+                        job.finish_time,
+                        name,
+                        job.job_id,
+                        job.job_id,
+                        f"{job.schema_version}:0",
+                        -1,
+                        "FINISHED",
+                        "",
+                        "",
+                        2592000,
+                    ]
+                )
+        rows.sort(key=lambda r: (str(r[2]), int(str(r[0]))))
+        return ResultSet(columns=[(n, "VARCHAR") for n in names], rows=rows)
 
     def _describe(self, table: TableDef, session: Session) -> ResultSet:
         show_hidden = session.flag("show_hidden_columns")

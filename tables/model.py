@@ -40,10 +40,23 @@ class ColumnDef(BaseModel):
     is_key: bool = False
     aggregation: str | None = None
     hidden: bool = False
+    # a column added by ALTER TABLE: rows of earlier loads (version below this) read its DEFAULT
+    since_version: int = 0
 
     @property
     def default_is_current_timestamp(self) -> bool:
         return self.has_default and (self.default or "").upper() in ("CURRENT_TIMESTAMP", "NOW()")
+
+
+class AlterJob(BaseModel):
+    """A finished schema change, as `SHOW ALTER TABLE COLUMN` lists it (light schema changes are instant)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int
+    create_time: str
+    finish_time: str
+    schema_version: int
 
 
 class TableDef(BaseModel):
@@ -68,6 +81,9 @@ class TableDef(BaseModel):
     sequence_mapping: dict[str, tuple[str, ...]] = {}
     comment: str = ""
     properties: dict[str, str] = {}
+    # the load version of the last schema change: loads planned against an older schema may not commit
+    schema_version: int = 0
+    alter_jobs: tuple[AlterJob, ...] = ()
 
     # -- columns -------------------------------------------------------------------------
     def column(self, name: str) -> ColumnDef | None:

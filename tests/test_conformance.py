@@ -16,9 +16,7 @@ from tests.helpers import DorisClient
 
 CASES = sorted((SHARED / "conformance" / "cases").glob("*.json"))
 
-LATER: dict[str, str] = {
-    "enable_sequence_feature_on_existing_mow_table": "issue 5: ALTER TABLE ... ENABLE FEATURE",
-}
+LATER: dict[str, str] = {}
 
 
 def _param(path: Path) -> object:
