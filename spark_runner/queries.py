@@ -18,11 +18,15 @@ from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 
 
-def read_rowsets(spark: SparkSession, handle: TableHandle) -> DataFrame:
-    """Every stored row of the table's current snapshot, in storage types."""
+def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
+    """Every stored row of the table's current snapshot (or of the given data files), in storage types.
+
+    Rows read as the table defines them now: columns added later read their DEFAULT, and stored delete
+    predicates (DELETE on duplicate and aggregate tables) drop the rows loaded before them.
+    """
     cols = [(c, handle.field_id(c.name)) for c in handle.definition.all_columns()]
     schema = storage_schema(cols)
-    files = handle.data_files()
+    files = handle.data_files() if files is None else files
     if not files:
         return spark.createDataFrame([], schema)
     df = spark.read.schema(schema).parquet(*files)
