@@ -30,6 +30,8 @@ def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | No
     if not files:
         return spark.createDataFrame([], schema)
     df = spark.read.schema(schema).parquet(*files)
+    for pred in handle.definition.delete_predicates:
+        df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
     late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
     if not late:
         return df

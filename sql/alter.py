@@ -197,8 +197,14 @@ def _add(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) -> 
     return table.model_copy(update={"columns": tuple(columns), "properties": props, "sequence_mapping": mapping})
 
 
+def _check_not_in_delete(table: TableDef, col: ColumnDef, what: str) -> None:
+    if any(col.name in pred.columns for pred in table.delete_predicates):
+        raise SqlError(f"Can not {what} column {col.name}: a DELETE condition of the table uses it")
+
+
 def _drop(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) -> TableDef:
     col = _find(table, clause.name)
+    _check_not_in_delete(table, col, "drop")
     if col.is_key:
         model = {KeysType.UNIQUE: "Unique", KeysType.AGGREGATE: "Aggregate", KeysType.DUPLICATE: "Duplicate"}
         raise SqlError(f"Can not drop key column in {model[table.keys_type]} data model table")
@@ -229,6 +235,7 @@ def _drop(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) ->
 
 def _rename(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) -> TableDef:
     col = _find(table, clause.name)
+    _check_not_in_delete(table, col, "rename")
     new = clause.new_name
     if new.upper().startswith(HIDDEN_PREFIX):
         raise SqlError(f"Incorrect column name '{new}'. Column name can not start with '{HIDDEN_PREFIX}'")

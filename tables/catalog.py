@@ -46,7 +46,7 @@ class TableHandle:
         """The table's load version: the last committed one, carried in the snapshot summary (or the
         version of the last schema change, which takes a version without writing a snapshot)."""
         snap = self.iceberg.current_snapshot()
-        floor = max(INITIAL_VERSION, self.definition.schema_version)
+        floor = max(INITIAL_VERSION, self.definition.meta_version)
         if snap is None or snap.summary is None:
             return floor
         return max(floor, int(snap.summary.additional_properties.get(VERSION_PROPERTY, INITIAL_VERSION)))

@@ -143,10 +143,16 @@ class TableWriter:
             turnstile.done(version)
 
     def alter(
-        self, db: str, table: str, change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]]
+        self,
+        db: str,
+        table: str,
+        change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
+        *,
+        schema: bool = True,
     ) -> TableDef:
-        """Apply a schema change in its own version turn: every load before it has committed, and a load
-        planned against the old schema that commits after it fails (`SchemaChanged`).
+        """Apply a metadata change in its own version turn: every load before it has committed. A schema
+        change (`schema`) also fails every load planned against the old schema that commits after it
+        (`SchemaChanged`); a DELETE predicate does not (later loads are not affected by it).
 
         `change` gets the current definition and the change's version and returns the new definition and
         the Iceberg column operations; both land in one Iceberg commit.
@@ -159,7 +165,9 @@ class TableWriter:
                 handle.iceberg.refresh()
                 current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
                 new, ops = change(current, version)
-                new = new.model_copy(update={"schema_version": version})
+                new = new.model_copy(
+                    update={"meta_version": version, **({"schema_version": version} if schema else {})}
+                )
                 with handle.iceberg.transaction() as tx:
                     if ops:
                         with tx.update_schema() as update:

@@ -59,6 +59,18 @@ class AlterJob(BaseModel):
     schema_version: int
 
 
+class DeletePredicate(BaseModel):
+    """A DELETE on a duplicate or aggregate table: rows loaded before `version` that match are gone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    condition: str  # Spark SQL over the stored columns, built from an allow-listed predicate
+    display: str  # as `SHOW DELETE` prints it: k1 EQ "1" AND k2 GT "3"
+    columns: tuple[str, ...]
+    create_time: str
+
+
 class TableDef(BaseModel):
     """A Doris table: key model, columns, buckets and the properties that change load and merge rules."""
 
@@ -83,7 +95,11 @@ class TableDef(BaseModel):
     properties: dict[str, str] = {}
     # the load version of the last schema change: loads planned against an older schema may not commit
     schema_version: int = 0
+    # the load version of the last metadata change (schema change or DELETE predicate), which takes a
+    # version without writing a snapshot
+    meta_version: int = 0
     alter_jobs: tuple[AlterJob, ...] = ()
+    delete_predicates: tuple[DeletePredicate, ...] = ()
 
     # -- columns -------------------------------------------------------------------------
     def column(self, name: str) -> ColumnDef | None:
