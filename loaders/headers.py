@@ -158,8 +158,6 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
-    if _bool(headers, "negative"):
-        raise BadHeader("negative loads (SUM columns of aggregate tables) are not supported by this server yet")
     mode_raw = _get(headers, "unique_key_update_mode")
     if mode_raw is not None:
         mode = mode_raw.upper()
@@ -257,5 +255,6 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         jsonpaths=parse_jsonpaths(jsonpaths) if fmt == "json" and (jsonpaths := _get(headers, "jsonpaths")) else None,
         json_root=(_get(headers, "json_root") or None) if fmt == "json" else None,
         partial_columns=partial_columns,
+        negative=_bool(headers, "negative"),
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
     )

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
-from spark_runner.merge import latest_per_key, sequence_order
+from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
 from tables.load_spec import LoadCounts, LoadRequest, MergeType
@@ -385,6 +385,8 @@ def storage_columns(plan: LoadPlan, version: int) -> list[str]:
             value = SEQ
         elif column.name == DELETE_SIGN:
             value = SIGN
+        elif plan.request.negative and column.aggregation == "SUM" and not column.is_key:
+            value = f"-{q(column.name)}"
         else:
             value = q(column.name)
         out.append(f"CAST({value} AS {storage_type_sql(column.type)}) AS {q(column.name)}")
@@ -427,10 +429,9 @@ def run_load_job(
         good = good.repartition(buckets)
     kept = [c for c in good.columns if c not in (LINE, REASON, UNSELECTED)]
     good = good.selectExpr(*[q(c) for c in kept])
-    if table.is_unique:
-        # a partial update that keeps the stored sequence orders its own rows by position only
-        seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
-        good = latest_per_key(good, keys, sequence_order(seq, POS))
+    # a partial update that keeps the stored sequence orders its own rows by position only
+    seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
+    good = merge_rows(good, table, POS, sequence=seq)
     partial_metrics: Observation | None = None
     if plan.reads_stored:
         assert stored is not None, "this load reads the table's current rows"

@@ -1,9 +1,16 @@
-"""The sequenced merge: one pure DataFrame function for loads, reads and compaction.
+"""The merge: one pure DataFrame function for loads, reads and compaction (`merge_rows`).
 
-For each key the winner is the row with the largest ordering tuple. Loads order by
+Unique tables: for each key the winner is the row with the largest ordering tuple. Loads order by
 (sequence is not NULL, sequence, position in the payload); reads and compaction by
 (sequence is not NULL, sequence, version). NULL sequence is below every value and equal sequences
 go to the later row or load: Doris's rule (contract §6.2), deterministic inside one load.
+With sequence mapping each column group is merged the same way by its own sequence column.
+
+Aggregate tables: per column SUM / MAX / MIN (NULL inputs ignored), REPLACE (the latest row,
+or the row with the largest `replace_version_column` value, ties to the later) and
+REPLACE_IF_NOT_NULL (the latest non-NULL value). Every aggregation is associative, so merging a
+load's rows first and the rowsets later (or compacting any contiguous run of rowsets) gives the
+same answer as merging everything at once.
 Orderings are Spark SQL expressions (text), so building the step costs a handful of JVM calls.
 """
 
@@ -15,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_runner.sqltext import q
+from tables.model import TableDef
 
 
 def sequence_order(sequence: str | None, tie_breaker: str) -> list[str]:
@@ -35,3 +43,59 @@ def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[str]) -> 
     merged = df.groupBy(*[F.col(q(k)) for k in keys]).agg(F.expr(f"max_by({value}, {ordering})").alias("__w"))
     fields = {c: f"__w.{q(c)} AS {q(c)}" for c in others}
     return merged.selectExpr(*[fields.get(c, q(c)) for c in columns])
+
+
+def merge_rows(df: DataFrame, table: TableDef, tie: str, *, sequence: str | None = None) -> DataFrame:
+    """One row per key under the table's model; duplicate tables are returned unchanged.
+
+    `tie` orders rows of one key (payload position in a load, the version column in storage);
+    `sequence` is the unique table's sequence expression, if it has one.
+    """
+    keys = list(table.key_columns)
+    if table.is_duplicate:
+        return df
+    if table.is_unique and not table.sequence_mapping:
+        return latest_per_key(df, keys, sequence_order(sequence, tie))
+    columns = df.columns
+    present = {c.lower(): c for c in columns}
+    exprs: dict[str, str] = {}
+    grouped: list[tuple[str, list[str]]] = []
+    if table.is_unique:
+        for i, (seq, values) in enumerate(table.sequence_mapping.items()):
+            members = [present[n.lower()] for n in (*values, seq) if n.lower() in present]
+            if not members:
+                continue
+            s = q(present[seq.lower()]) if seq.lower() in present else "NULL"
+            value = "struct(" + ", ".join(q(c) for c in members) + ")"
+            ordering = f"struct(({s}) IS NOT NULL AS o0, {s} AS o1, {tie} AS o2)"
+            grouped.append((f"__g{i}", members))
+            exprs[f"__g{i}"] = f"max_by({value}, {ordering})"
+    else:
+        types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        replace_order = tie
+        if table.replace_version_column is not None and table.replace_version_column.lower() in present:
+            v = q(present[table.replace_version_column.lower()])
+            replace_order = f"struct(({v}) IS NOT NULL AS o0, {v} AS o1, {tie} AS o2)"
+        for col in table.value_columns():
+            name = present.get(col.name.lower())
+            if name is None:
+                continue
+            c = q(name)
+            aggregation = col.aggregation or "REPLACE"
+            if aggregation == "SUM":
+                exprs[name] = f"CAST(sum({c}) AS {types[name]})"
+            elif aggregation in ("MAX", "MIN"):
+                exprs[name] = f"{aggregation.lower()}({c})"
+            elif aggregation == "REPLACE_IF_NOT_NULL":
+                # the latest non-NULL value; the version column orders REPLACE only (a merged row carries
+                # the largest version value, which need not be the one its non-NULL value came with)
+                exprs[name] = f"max_by({c}, IF({c} IS NOT NULL, {tie}, NULL))"
+            else:
+                exprs[name] = f"max_by({c}, {replace_order})"
+    in_group = {m for _, members in grouped for m in members}
+    for name in columns:
+        if name not in keys and name not in exprs and name not in in_group:
+            exprs[name] = f"max_by({q(name)}, {tie})"  # hidden and load-internal columns: the latest row
+    merged = df.groupBy(*[F.col(q(k)) for k in keys]).agg(*[F.expr(e).alias(alias) for alias, e in exprs.items()])
+    picked = {m: f"{alias}.{q(m)} AS {q(m)}" for alias, members in grouped for m in members}
+    return merged.selectExpr(*[picked.get(c, q(c)) for c in columns])

@@ -65,7 +65,11 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         if not table.delete_sign:
             raise AnalysisError("load by MERGE or DELETE need to upgrade table to support batch delete.")
 
-    hidden_names = {c.name.lower(): c for c in table.hidden_columns()}
+    if request.negative:
+        for col in table.value_columns():
+            if col.aggregation != "SUM":
+                raise AnalysisError(f"Column is not SUM AggregateType. column:{col.name}")
+    hidden_names = {c.name.lower(): c for c in table.shown_hidden_columns()}
     if request.columns is not None:
         mappings = request.columns
     else:

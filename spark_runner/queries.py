@@ -11,33 +11,51 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_runner.merge import latest_per_key, sequence_order
-from spark_runner.sqltext import q, value_type_sql
+from spark_runner.merge import merge_rows
+from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sql
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 
 
-def read_rowsets(spark: SparkSession, handle: TableHandle) -> DataFrame:
-    """Every stored row of the table's current snapshot, in storage types."""
+def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
+    """Every stored row of the table's current snapshot (or of the given data files), in storage types.
+
+    Rows read as the table defines them now: columns added later read their DEFAULT, and stored delete
+    predicates (DELETE on duplicate and aggregate tables) drop the rows loaded before them.
+    """
     cols = [(c, handle.field_id(c.name)) for c in handle.definition.all_columns()]
     schema = storage_schema(cols)
-    files = handle.data_files()
+    files = handle.data_files() if files is None else files
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
+    df = spark.read.schema(schema).parquet(*files)
+    for pred in handle.definition.delete_predicates:
+        df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
+    late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
+    if not late:
+        return df
+    # rows loaded before ALTER TABLE ADD COLUMN read the column's DEFAULT (their files lack the field)
+    return df.selectExpr(
+        *[
+            f"CASE WHEN {q(VERSION_COL)} < {c.since_version} THEN CAST({default_sql(c)} AS "
+            f"{storage_type_sql(c.type)}) ELSE {q(c.name)} END AS {q(c.name)}"
+            if c.name in late
+            else q(c.name)
+            for c, _ in cols
+        ]
+    )
 
 
 def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:
     """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked."""
     table = handle.definition
     df = read_rowsets(spark, handle)
-    if table.is_unique:
-        seq = q(SEQUENCE_COL) if table.has_sequence else None
-        df = latest_per_key(df, table.key_columns, sequence_order(seq, q(VERSION_COL)))
-        if table.delete_sign and not show_hidden:
-            df = df.where(f"{q(DELETE_SIGN)} = 0")
-    columns = list(table.columns) + (list(table.hidden_columns()) if show_hidden else [])
+    seq = q(SEQUENCE_COL) if table.has_sequence else None
+    df = merge_rows(df, table, q(VERSION_COL), sequence=seq)
+    if table.is_unique and table.delete_sign and not show_hidden:
+        df = df.where(f"{q(DELETE_SIGN)} = 0")
+    columns = list(table.columns) + (list(table.shown_hidden_columns()) if show_hidden else [])
     return df.selectExpr(*[f"CAST({q(c.name)} AS {value_type_sql(c.type)}) AS {q(c.name)}" for c in columns])
 
 

@@ -27,7 +27,7 @@ from spark_runner.load_job import (
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
 from tables.catalog import Catalog
-from tables.commit import TableWriter
+from tables.commit import TableWriter, check_schema
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, TransactionStore
 
@@ -133,9 +133,15 @@ class LoadService:
         try:
             plan = prepared.plan
             with self.writer.write(
-                req.db, req.table, txn_id=prepared.txn_id, label=req.label, exclusive=plan.reads_stored
+                req.db,
+                req.table,
+                txn_id=prepared.txn_id,
+                label=req.label,
+                exclusive=plan.reads_stored,
+                planned=plan.table,
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
+                check_schema(rowset.handle, plan.table)
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
                 with self._deadline(prepared), spark_errors():

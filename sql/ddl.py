@@ -26,6 +26,7 @@ AGGREGATIONS = (
     "QUANTILE_UNION",
     "GENERIC",
 )
+UNSUPPORTED_AGGREGATIONS = ("HLL_UNION", "BITMAP_UNION", "QUANTILE_UNION", "GENERIC")
 DEFAULT_BUCKETS = 10
 
 
@@ -53,7 +54,8 @@ def _parse_type(cur: Cursor) -> DorisType:
         raise SqlError(str(exc)) from None
 
 
-def _parse_column(cur: Cursor) -> ColumnDef:
+def parse_column(cur: Cursor, stop: tuple[str, ...] = ()) -> ColumnDef:
+    """One column definition; stops at `,`, `)` or one of the `stop` words (ALTER's AFTER, FIRST, ...)."""
     name = cur.name()
     if name.upper().startswith(HIDDEN_PREFIX):
         raise SqlError(f"Incorrect column name '{name}'. Column name can not start with '{HIDDEN_PREFIX}'")
@@ -64,7 +66,7 @@ def _parse_column(cur: Cursor) -> ColumnDef:
     has_default = False
     comment = ""
     is_key = False
-    while not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN):
+    while not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN) and cur.word() not in stop:
         if cur.accept("KEY"):
             is_key = True
         elif cur.word() in AGGREGATIONS:
@@ -117,7 +119,7 @@ def _name_list(cur: Cursor) -> list[str]:
     return names
 
 
-def _properties(cur: Cursor) -> dict[str, str]:
+def parse_properties(cur: Cursor) -> dict[str, str]:
     cur.expect_type(TokenType.L_PAREN, "(")
     props: dict[str, str] = {}
     if cur.accept_type(TokenType.R_PAREN):
@@ -156,7 +158,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
                 else:
                     cur.next()
         else:
-            columns.append(_parse_column(cur))
+            columns.append(parse_column(cur))
         if not cur.accept_type(TokenType.COMMA):
             break
         if cur.at(TokenType.R_PAREN):
@@ -200,7 +202,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
         elif cur.accept("ROLLUP"):
             cur.skip_parens()
         elif cur.accept("PROPERTIES"):
-            props = _properties(cur)
+            props = parse_properties(cur)
         else:
             raise cur.error("a table clause")
     return CreateTable(
@@ -280,8 +282,9 @@ def build_table_def(
             if keys_type is KeysType.UNIQUE:
                 aggregation = "REPLACE"
         fixed.append(col.model_copy(update={"is_key": is_key, "aggregation": aggregation}))
-    if keys_type is KeysType.AGGREGATE:
-        raise SqlError("AGGREGATE KEY tables are not supported yet")
+    for col in fixed:
+        if col.aggregation in UNSUPPORTED_AGGREGATIONS:
+            raise SqlError(f"Aggregation type {col.aggregation} of column {col.name} is not supported by this server")
     for b in bucket_cols:
         if b.lower() not in by_name:
             raise SqlError(f"Distribution column[{b}] is not found")
@@ -289,10 +292,9 @@ def build_table_def(
             raise SqlError(f"Distribution column[{b}] is not key column")
     if buckets < 1:
         raise SqlError("Number of hash distribution should be greater than zero.")
-    if any(k.startswith("sequence_mapping.") for k in props):
-        raise SqlError("sequence mapping is not supported yet")
-
     merge_on_write = keys_type is KeysType.UNIQUE and _bool_prop(props, "enable_unique_key_merge_on_write", True)
+    mapping = check_sequence_mapping(props, fixed, keys_type, merge_on_write)
+    version_col = _replace_version_column(props, fixed, keys_type)
     # Doris's property, and the name 004_719a6f3ac1a41aa8.txt uses for it
     replace_if_not_null = _bool_prop(props, "enable_unique_key_replace_if_not_null", False) or _bool_prop(
         props, "replace_if_not_null", False
@@ -316,7 +318,7 @@ def build_table_def(
         seq_col = mapped.name
     elif seq_type_raw:
         try:
-            seq_type = DorisType.parse(*_split_type(seq_type_raw))
+            seq_type = DorisType.parse(*split_type(seq_type_raw))
         except UnsupportedType:
             raise SqlError(f"Unsupported data type: {seq_type_raw}") from None
         if not seq_type.can_be_sequence:
@@ -332,14 +334,85 @@ def build_table_def(
         sequence_col=seq_col,
         sequence_type=seq_type,
         merge_on_write=merge_on_write,
-        delete_sign=keys_type is KeysType.UNIQUE,
+        # sequence mapping tables do not support batch delete (000_0c520fff6485a702.txt)
+        delete_sign=keys_type is KeysType.UNIQUE and not mapping,
         replace_if_not_null=replace_if_not_null,
+        replace_version_column=version_col,
+        sequence_mapping=mapping,
         comment=comment,
         properties=props,
     )
 
 
-def _split_type(text: str) -> tuple[str, list[int]]:
+def check_sequence_mapping(
+    props: dict[str, str], columns: list[ColumnDef], keys_type: KeysType, merge_on_write: bool
+) -> dict[str, tuple[str, ...]]:
+    """`sequence_mapping.<seq>` = "<value columns>" properties, checked as Doris checks them.
+
+    Raises:
+        SqlError: with Doris's message (texts from its `test_unique_seq_map` suite).
+    """
+    raw = {k[len("sequence_mapping.") :]: v for k, v in props.items() if k.startswith("sequence_mapping.")}
+    if not raw:
+        return {}
+    if keys_type is not KeysType.UNIQUE:
+        raise SqlError("column sequence mapping only be supported in unique table")
+    if merge_on_write:
+        raise SqlError("sequence mapping do not support merge on write")
+    if "function_column.sequence_type" in props or "function_column.sequence_col" in props:
+        raise SqlError("column group sequence and sequence column can't apply to both")
+    by_name = {c.name.lower(): c for c in columns}
+    mapping: dict[str, tuple[str, ...]] = {}
+    seen: set[str] = set()
+    for seq_name, value_text in raw.items():
+        seq = by_name.get(seq_name.lower())
+        if seq is None:
+            raise SqlError(f"sequence column [{seq_name}] in column_group does not exist in schema")
+        if seq.is_key:
+            raise SqlError(f"sequence column [{seq_name}] in column_group can't be key column")
+        if not seq.type.can_be_sequence:
+            raise SqlError(f"Unsupported data type in sequence column [{seq_name}]: {seq.type.sql()}")
+        values: list[str] = []
+        for name in (v.strip() for v in value_text.split(",")):
+            if not name:
+                continue
+            col = by_name.get(name.lower())
+            if col is None:
+                raise SqlError(f"value column [{name}] in column_group [{seq_name}] does not exist in schema")
+            if col.is_key:
+                raise SqlError(f"value column [{name}] in column_group [{seq_name}] can't be key column")
+            if col.name.lower() in seen or col.name.lower() in {s.lower() for s in raw}:
+                raise SqlError("The columns are overlapping")
+            seen.add(col.name.lower())
+            values.append(col.name)
+        mapping[seq.name] = tuple(values)
+    sequences = {s.lower() for s in mapping}
+    expected = {c.name.lower() for c in columns if not c.is_key and c.name.lower() not in sequences}
+    if seen != expected:
+        raise SqlError("The columns are not equal between the schema and prop")
+    return mapping
+
+
+def _replace_version_column(props: dict[str, str], columns: list[ColumnDef], keys_type: KeysType) -> str | None:
+    """The aggregate model's `replace_version_column` (003_8fcb7ff40e8dfb0f.txt): a MAX value column.
+
+    Raises:
+        SqlError: the table is not aggregate, or the column is missing, a key, or not MAX.
+    """
+    name = props.get("replace_version_column")
+    if name is None:
+        return None
+    if keys_type is not KeysType.AGGREGATE:
+        raise SqlError("replace_version_column is only supported in AGGREGATE KEY tables")
+    col = next((c for c in columns if c.name.lower() == name.lower()), None)
+    if col is None:
+        raise SqlError(f"The replace version column [{name}] does not exist in schema")
+    if col.is_key or col.aggregation != "MAX":
+        raise SqlError(f"The replace version column [{name}] must be a value column with aggregation type MAX")
+    return col.name
+
+
+def split_type(text: str) -> tuple[str, list[int]]:
     text = text.strip()
     if "(" in text and text.endswith(")"):
         base, args = text[:-1].split("(", 1)

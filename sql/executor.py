@@ -2,32 +2,53 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import re
 import time
 
 import sqlglot
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from sqlglot import exp
+from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
 from spark_runner.queries import collect_result
 from spark_runner.service import LoadService
+from sql.alter import parse_alter, plan_alter
 from sql.ddl import parse_create_table
+from sql.delete import delete_predicate
 from sql.errors import SqlError
 from sql.insert import insert_request, insert_target, values_rows
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.select import drop_views, parse_query, run_query
 from sql.session import Session
+from sql.show_create import show_create_table
 from sql.tokens import Cursor, split_statements
 from tables.catalog import Catalog
 from tables.commit import TableWriter
 from tables.errors import DorisError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType, TableDef
+from tables.schema_change import SchemaOp
 
 log = logging.getLogger(__name__)
 
 BUILTIN_DATABASES = ("information_schema", "mysql")
+ALTER_JOB_COLUMNS = (
+    "JobId",
+    "TableName",
+    "CreateTime",
+    "FinishTime",
+    "IndexName",
+    "IndexId",
+    "OriginIndexId",
+    "SchemaVersion",
+    "TransactionId",
+    "State",
+    "Msg",
+    "Progress",
+    "Timeout",
+)
 
 
 class SqlExecutor:
@@ -129,7 +150,14 @@ class SqlExecutor:
             return self._select(text, session, limit)
         if first == "UPDATE":
             return self._update(text, session)
-        if first in ("DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
+        if first == "ALTER" and second == "TABLE":
+            alter = parse_alter(text)
+            handle = self.catalog.load(alter.db or session.db, alter.table)
+            self.writer.alter(handle.definition.db, handle.definition.name, plan_alter(alter))
+            return ExecStatus()
+        if first == "DELETE":
+            return self._delete(text, session)
+        if first in ("ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
 
@@ -139,6 +167,25 @@ class SqlExecutor:
         if cur.accept("DATABASES") or cur.accept("SCHEMAS"):
             names = list(BUILTIN_DATABASES) + self.catalog.list_databases()
             return ResultSet(columns=[("Database", "VARCHAR")], rows=[[n] for n in sorted(set(names))])
+        if cur.accept("CREATE", "TABLE"):
+            db, name = cur.qualified_name()
+            table = self.catalog.load(db or session.db, name).definition
+            return ResultSet(
+                columns=[("Table", "VARCHAR"), ("Create Table", "VARCHAR")],
+                rows=[[table.name, show_create_table(table)]],
+            )
+        if cur.accept("ALTER", "TABLE", "COLUMN"):
+            return self._show_alter(cur, session)
+        if cur.accept("DELETE"):
+            db = session.db
+            if cur.accept("FROM") or cur.accept("IN"):
+                db = cur.name()
+            rows: list[list[object]] = []
+            for name in self.catalog.list_tables(db):
+                for pred in self.catalog.load(db, name).definition.delete_predicates:
+                    rows.append([name, name, pred.create_time, pred.display, "FINISHED"])
+            fields = ("TableName", "PartitionName", "CreateTime", "DeleteCondition", "State")
+            return ResultSet(columns=[(n, "VARCHAR") for n in fields], rows=sorted(rows, key=lambda r: str(r[2])))
         cur.accept("FULL")
         if cur.accept("TABLES"):
             db = session.db
@@ -147,11 +194,50 @@ class SqlExecutor:
             return ResultSet(columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)])
         raise SqlError("This SHOW statement is not supported by this server yet")
 
+    def _show_alter(self, cur: Cursor, session: Session) -> ResultSet:
+        """`SHOW ALTER TABLE COLUMN [FROM db] [WHERE TableName = 't'] ...`: every schema change, FINISHED."""
+        db = session.db
+        if cur.accept("FROM") or cur.accept("IN"):
+            db = cur.name()
+        wanted: str | None = None
+        if cur.accept("WHERE"):
+            if cur.word() != "TABLENAME":
+                raise SqlError("SHOW ALTER TABLE COLUMN supports WHERE TableName = '<table>' only")
+            cur.next()
+            cur.expect_type(TokenType.EQ, "=")
+            wanted = cur.string()
+        names = ALTER_JOB_COLUMNS
+        rows: list[list[object]] = []
+        for name in self.catalog.list_tables(db):
+            if wanted is not None and name != wanted:
+                continue
+            table = self.catalog.load(db, name).definition
+            for job in table.alter_jobs:
+                rows.append(
+                    [
+                        job.job_id,
+                        name,
+                        job.create_time,
+                        job.finish_time,
+                        name,
+                        job.job_id,
+                        job.job_id,
+                        f"{job.schema_version}:0",
+                        -1,
+                        "FINISHED",
+                        "",
+                        "",
+                        2592000,
+                    ]
+                )
+        rows.sort(key=lambda r: (str(r[2]), int(str(r[0]))))
+        return ResultSet(columns=[(n, "VARCHAR") for n in names], rows=rows)
+
     def _describe(self, table: TableDef, session: Session) -> ResultSet:
         show_hidden = session.flag("show_hidden_columns")
         cols = list(table.columns)
         if show_hidden:
-            hidden = {c.name: c for c in table.hidden_columns()}
+            hidden = {c.name: c for c in table.shown_hidden_columns()}
             # DESC lists hidden columns as delete sign, sequence, version (contract §6.1)
             cols += [hidden[n] for n in (DELETE_SIGN, SEQUENCE_COL, VERSION_COL) if n in hidden]
         rows = []
@@ -280,6 +366,53 @@ class SqlExecutor:
             raise SqlError(_strip_code(result.message))
         return ExecStatus(affected_rows=result.number_loaded_rows)
 
+    def _delete(self, text: str, session: Session) -> StatementResult:
+        """DELETE FROM t [PARTITION p] WHERE ...: markers on unique tables, a stored predicate otherwise."""
+        partition = _PARTITION.match(text)
+        if partition is not None:
+            names = [n.strip(" `") for n in (partition.group(3) or partition.group(4)).split(",")]
+            table_name = partition.group(1).split(".")[-1].strip("`")
+            for name in names:
+                if name != table_name:  # an unpartitioned table is its own single partition, as in Doris
+                    raise SqlError(f"Partition does not exist: {name} (this server has no partitioned tables)")
+            text = text[: partition.start(2)] + text[partition.end() :]
+        tree = parse_query(text)
+        if not isinstance(tree, exp.Delete) or not isinstance(tree.this, exp.Table):
+            raise SqlError("Syntax error in DELETE")
+        where = tree.args.get("where")
+        table = self.catalog.load(tree.this.db or session.db, tree.this.name).definition
+        if where is None:
+            raise SqlError("DELETE without a WHERE clause is not supported, use TRUNCATE TABLE")
+        if table.is_unique and table.sequence_mapping:
+            raise SqlError("DELETE is not supported on tables with sequence mapping: they have no delete sign")
+        if table.is_unique:
+            names = [c.name for c in table.columns]
+            if table.sequence_type is not None and table.sequence_col is None:
+                names.append(SEQUENCE_COL)  # each marker carries the row's current sequence
+            select = ", ".join(f"`{n}`" for n in names)
+            query = parse_query(
+                f"SELECT {select}, 1 AS `{DELETE_SIGN}` FROM `{table.db}`.`{table.name}` "
+                f"WHERE `{DELETE_SIGN}` = 0 AND ({where.this.sql(dialect='doris')})"
+            )
+            frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=True)
+            try:
+                request = insert_request(db=table.db, table=table.name, columns=[*names, DELETE_SIGN], strict=False)
+                result = self.loads.run_frame(self.loads.prepare(request), frame)
+            finally:
+                drop_views(self.spark, views)
+            if result.status != "Success":
+                raise SqlError(_strip_code(result.message))
+            return ExecStatus(affected_rows=result.number_loaded_rows)
+        created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        delete_predicate(table, where.this, created, 0)  # check before taking a version
+
+        def change(current: TableDef, version: int) -> tuple[TableDef, list[SchemaOp]]:
+            pred = delete_predicate(current, where.this, created, version)
+            return current.model_copy(update={"delete_predicates": (*current.delete_predicates, pred)}), []
+
+        self.writer.alter(table.db, table.name, change, schema=False)
+        return ExecStatus()
+
     def _select(self, text: str, session: Session, limit: int | None) -> StatementResult:
         tree = parse_query(text)
         frame, views = run_query(
@@ -292,6 +425,11 @@ class SqlExecutor:
         finally:
             drop_views(self.spark, views)
         return ResultSet(columns=result.columns, rows=result.rows)
+
+
+_PARTITION = re.compile(
+    r"\s*DELETE\s+FROM\s+(\S+)\s+((?:TEMPORARY\s+)?PARTITIONS?\s*(?:\(([^)]*)\)|(`?\w+`?)))", re.IGNORECASE
+)
 
 
 def _strip_code(message: str) -> str:

@@ -43,11 +43,13 @@ class TableHandle:
         return [_plain_path(task.file.file_path) for task in self.iceberg.scan().plan_files()]
 
     def current_version(self) -> int:
-        """The table's load version: the last committed one, carried in the snapshot summary."""
+        """The table's load version: the last committed one, carried in the snapshot summary (or the
+        version of the last schema change, which takes a version without writing a snapshot)."""
         snap = self.iceberg.current_snapshot()
+        floor = max(INITIAL_VERSION, self.definition.meta_version)
         if snap is None or snap.summary is None:
-            return INITIAL_VERSION
-        return int(snap.summary.additional_properties.get(VERSION_PROPERTY, INITIAL_VERSION))
+            return floor
+        return max(floor, int(snap.summary.additional_properties.get(VERSION_PROPERTY, INITIAL_VERSION)))
 
     @property
     def location(self) -> Path:

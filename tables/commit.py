@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,10 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
+from tables.errors import SchemaChanged
+from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.pause import PausePoints
+from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, VISIBLE, TransactionStore
 
 
@@ -90,12 +93,20 @@ class TableWriter:
 
     @contextmanager
     def write(
-        self, db: str, table: str, *, txn_id: int, label: str, exclusive: bool = False
+        self,
+        db: str,
+        table: str,
+        *,
+        txn_id: int,
+        label: str,
+        exclusive: bool = False,
+        planned: TableDef | None = None,
     ) -> Iterator[PendingRowset]:
         """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE.
 
         `exclusive` waits for the commit turn before the caller runs, so what it reads of the table is
-        exactly what its commit lands on (partial updates read the rows they update).
+        exactly what its commit lands on (partial updates read the rows they update). `planned` is the
+        definition the load was planned with: if a schema change committed since, the load fails.
         """
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
@@ -119,6 +130,7 @@ class TableWriter:
                     self.pauses.hit("before_commit", handle.definition.name)
                     if handle.iceberg.metadata_location != turnstile.last_metadata:
                         handle.iceberg.refresh()  # lower versions (or housekeeping) committed meanwhile
+                    check_schema(handle, planned)
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
@@ -127,6 +139,42 @@ class TableWriter:
             shutil.rmtree(pending.directory, ignore_errors=True)
             self._txns.set_state(txn_id, ABORTED)
             raise
+        finally:
+            turnstile.done(version)
+
+    def alter(
+        self,
+        db: str,
+        table: str,
+        change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
+        *,
+        schema: bool = True,
+    ) -> TableDef:
+        """Apply a metadata change in its own version turn: every load before it has committed. A schema
+        change (`schema`) also fails every load planned against the old schema that commits after it
+        (`SchemaChanged`); a DELETE predicate does not (later loads are not affected by it).
+
+        `change` gets the current definition and the change's version and returns the new definition and
+        the Iceberg column operations; both land in one Iceberg commit.
+        """
+        handle = self._catalog.load(db, table)
+        turnstile = self._turnstile(handle)
+        version = turnstile.take()
+        try:
+            with turnstile.turn(version):
+                handle.iceberg.refresh()
+                current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+                new, ops = change(current, version)
+                new = new.model_copy(
+                    update={"meta_version": version, **({"schema_version": version} if schema else {})}
+                )
+                with handle.iceberg.transaction() as tx:
+                    if ops:
+                        with tx.update_schema() as update:
+                            apply_ops(update, ops)
+                    tx.set_properties({DEFINITION_PROPERTY: new.to_json()})
+                turnstile.last_metadata = handle.iceberg.metadata_location
+                return new
         finally:
             turnstile.done(version)
 
@@ -144,6 +192,18 @@ class TableWriter:
                     )
         finally:
             turnstile.done(version)
+
+
+def check_schema(handle: TableHandle, planned: TableDef | None) -> None:
+    """Raises: SchemaChanged when a schema change committed after the load was planned."""
+    if planned is None:
+        return
+    current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+    if current.schema_version != planned.schema_version:
+        raise SchemaChanged(
+            f"the schema of table {planned.name} changed while the load was running (schema version "
+            f"{planned.schema_version} → {current.schema_version}); no data was loaded, retry the load"
+        )
 
 
 def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:

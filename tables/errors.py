@@ -4,7 +4,8 @@ DorisError                  message already in Doris's words
 ├── DatabaseNotFound
 ├── TableNotFound
 ├── AlreadyExists
-└── LabelAlreadyExists      carries the existing transaction's state
+├── LabelAlreadyExists      carries the existing transaction's state
+└── SchemaChanged           a load planned against an older schema tried to commit
 """
 
 from __future__ import annotations
@@ -48,3 +49,7 @@ class LabelAlreadyExists(DorisError):
         if self.state == "PRECOMMITTED":
             return "PRECOMMITTED"
         return "FINISHED"
+
+
+class SchemaChanged(DorisError):
+    pass

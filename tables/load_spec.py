@@ -65,6 +65,7 @@ class LoadRequest(BaseModel):
     time_zone: str | None = None
     comment: str = ""
     partial_columns: bool = False
+    negative: bool = False  # aggregate tables: SUM columns are negated (contract §6.9)
     partial_update_new_key_behavior: Literal["APPEND", "ERROR"] = "APPEND"
     source: Literal["stream_load", "insert"] = "stream_load"
 

@@ -40,10 +40,35 @@ class ColumnDef(BaseModel):
     is_key: bool = False
     aggregation: str | None = None
     hidden: bool = False
+    # a column added by ALTER TABLE: rows of earlier loads (version below this) read its DEFAULT
+    since_version: int = 0
 
     @property
     def default_is_current_timestamp(self) -> bool:
         return self.has_default and (self.default or "").upper() in ("CURRENT_TIMESTAMP", "NOW()")
+
+
+class AlterJob(BaseModel):
+    """A finished schema change, as `SHOW ALTER TABLE COLUMN` lists it (light schema changes are instant)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int
+    create_time: str
+    finish_time: str
+    schema_version: int
+
+
+class DeletePredicate(BaseModel):
+    """A DELETE on a duplicate or aggregate table: rows loaded before `version` that match are gone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    condition: str  # Spark SQL over the stored columns, built from an allow-listed predicate
+    display: str  # as `SHOW DELETE` prints it: k1 EQ "1" AND k2 GT "3"
+    columns: tuple[str, ...]
+    create_time: str
 
 
 class TableDef(BaseModel):
@@ -63,8 +88,18 @@ class TableDef(BaseModel):
     merge_on_write: bool = True
     delete_sign: bool = True
     replace_if_not_null: bool = False  # unique tables: a NULL input keeps the stored value
+    replace_version_column: str | None = None  # aggregate tables: REPLACE columns follow this MAX column
+    # unique merge-on-read tables: sequence column → the value columns it orders (000_0c520fff6485a702.txt)
+    sequence_mapping: dict[str, tuple[str, ...]] = {}
     comment: str = ""
     properties: dict[str, str] = {}
+    # the load version of the last schema change: loads planned against an older schema may not commit
+    schema_version: int = 0
+    # the load version of the last metadata change (schema change or DELETE predicate), which takes a
+    # version without writing a snapshot
+    meta_version: int = 0
+    alter_jobs: tuple[AlterJob, ...] = ()
+    delete_predicates: tuple[DeletePredicate, ...] = ()
 
     # -- columns -------------------------------------------------------------------------
     def column(self, name: str) -> ColumnDef | None:
@@ -76,7 +111,11 @@ class TableDef(BaseModel):
         return None
 
     def hidden_columns(self) -> tuple[ColumnDef, ...]:
-        """Hidden columns in storage and `SELECT *` order: delete sign, version, sequence."""
+        """Hidden columns in storage and `SELECT *` order: delete sign, version, sequence.
+
+        Every model stores the load version (it orders REPLACE columns and tells which rows predate a
+        schema change), but only unique tables show it, as in Doris: see `shown_hidden_columns`.
+        """
         out: list[ColumnDef] = []
         if self.is_unique and self.delete_sign:
             out.append(
@@ -90,18 +129,17 @@ class TableDef(BaseModel):
                     aggregation="REPLACE",
                 )
             )
-        if self.is_unique:
-            out.append(
-                ColumnDef(
-                    name=VERSION_COL,
-                    type=DorisType(name="BIGINT"),
-                    nullable=False,
-                    default="0",
-                    has_default=True,
-                    hidden=True,
-                    aggregation="REPLACE",
-                )
+        out.append(
+            ColumnDef(
+                name=VERSION_COL,
+                type=DorisType(name="BIGINT"),
+                nullable=False,
+                default="0",
+                has_default=True,
+                hidden=True,
+                aggregation="REPLACE",
             )
+        )
         if self.has_sequence:
             out.append(
                 ColumnDef(
@@ -114,6 +152,10 @@ class TableDef(BaseModel):
             )
         return tuple(out)
 
+    def shown_hidden_columns(self) -> tuple[ColumnDef, ...]:
+        """The hidden columns `show_hidden_columns` reveals: unique tables only."""
+        return self.hidden_columns() if self.is_unique else ()
+
     def all_columns(self) -> tuple[ColumnDef, ...]:
         return self.columns + self.hidden_columns()
 
@@ -124,6 +166,22 @@ class TableDef(BaseModel):
     @property
     def is_unique(self) -> bool:
         return self.keys_type is KeysType.UNIQUE
+
+    @property
+    def is_aggregate(self) -> bool:
+        return self.keys_type is KeysType.AGGREGATE
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.keys_type is KeysType.DUPLICATE
+
+    def sequence_group(self, column: str) -> str | None:
+        """The mapped sequence column ordering `column` (itself for a sequence column), if any."""
+        lower = column.lower()
+        for seq, values in self.sequence_mapping.items():
+            if seq.lower() == lower or any(v.lower() == lower for v in values):
+                return seq
+        return None
 
     @property
     def has_sequence(self) -> bool:

@@ -16,12 +16,7 @@ from tests.helpers import DorisClient
 
 CASES = sorted((SHARED / "conformance" / "cases").glob("*.json"))
 
-LATER: dict[str, str] = {
-    "aggregate_model_sum_max_min_replace_rinn": "issue 6: AGGREGATE KEY model",
-    "enable_sequence_feature_on_existing_mow_table": "issue 5: ALTER TABLE ... ENABLE FEATURE",
-    "seq_map_basic": "issue 5: sequence mapping",
-    "seq_map_filter_after_merge": "issue 5: sequence mapping",
-}
+LATER: dict[str, str] = {}
 
 
 def _param(path: Path) -> object:

@@ -284,7 +284,6 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
             id="unknown-new-key-behavior",
         ),
         pytest.param({"compress_type": "LZO"}, BadHeader, "compress_type LZO is not supported", id="lzo-not-built"),
-        pytest.param({"negative": "true"}, BadHeader, "negative loads", id="negative-not-built"),
         pytest.param({"compress_type": "rar"}, BadHeader, "unknown compress type: rar", id="unknown-compress-type"),
         pytest.param({"Content-Encoding": "br"}, BadHeader, "unsupported Content-Encoding: br", id="brotli-encoding"),
         pytest.param(
@@ -396,5 +395,6 @@ def test_condition_header_is_parsed(headers: dict[str, str], field: str, spark_s
     assert expr.text == Headers(headers=headers)[field]
 
 
-def test_negative_false_is_accepted() -> None:
-    assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).table == "t"
+def test_negative_header() -> None:
+    assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).negative is False
+    assert parse_load_request("db", "t", Headers(headers={"negative": "true"})).negative is True
