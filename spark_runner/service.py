@@ -88,15 +88,20 @@ class LoadService:
         """
         started = time.monotonic()
         handle = self.catalog.load(request.db, request.table)
-        plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
-        planned = time.monotonic()
+        # the label first, as Doris's FE begins the transaction before it plans the load
         txn_id = self.txns.begin(request.db, handle.definition.name, request.label)
+        began = time.monotonic()
+        try:
+            plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+        except BaseException:
+            self.txns.set_state(txn_id, ABORTED)
+            raise
         return PreparedLoad(
             plan=plan,
             txn_id=txn_id,
             started=started,
-            plan_ms=int((planned - started) * 1000),
-            begin_txn_ms=int((time.monotonic() - planned) * 1000),
+            begin_txn_ms=int((began - started) * 1000),
+            plan_ms=int((time.monotonic() - began) * 1000),
         )
 
     def abort(self, prepared: PreparedLoad) -> None:
