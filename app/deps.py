@@ -14,6 +14,7 @@ from sql.executor import SqlExecutor
 from tables.catalog import Catalog
 from tables.pause import PausePoints
 from tables.transactions import TransactionStore
+from tables.twophase import TwoPhase
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Services:
     sql: SqlExecutor
     pauses: PausePoints = field(default_factory=PausePoints)
     gate: LoadGate = field(default_factory=LoadGate)
+    two_phase: TwoPhase | None = None
 
 
 def get_services(request: Request) -> Services:

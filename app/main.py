@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, query, stream_load
+from app import admin, query, stream_load, txn
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.settings import Settings
@@ -32,6 +32,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
     from tables.transactions import TransactionStore
+    from tables.twophase import TwoPhase
 
     data_dir = settings.resolved_data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,11 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
     executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
-    return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
+    two_phase.recover_committed()
+    services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    services.two_phase = two_phase
+    return services
 
 
 async def maintenance_loop(services: Services) -> None:
@@ -81,10 +86,12 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         services.gate = app.state.gate
         app.state.services = services
         task = asyncio.create_task(maintenance_loop(services))
+        timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         try:
             yield
         finally:
             task.cancel()
+            timeouts.cancel()
             services.txns.close()
 
     app = FastAPI(
@@ -97,4 +104,5 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     app.include_router(stream_load.router)
     app.include_router(query.router)
     app.include_router(admin.router)
+    app.include_router(txn.router)
     return app

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
         "`be_port` (without reading the body), as a Doris FE does; both ports serve every other route.",
     )
     be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
+    precommit_timeout_seconds: float = Field(
+        3600.0, description="A two-phase load left PRECOMMITTED this long is aborted (Doris's precommit timeout)."
+    )
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )

@@ -130,6 +130,9 @@ async def stream_load(db: str, table: str, request: Request, services: ServicesD
         result = await execute_stream_load(db, table, request, services)
     finally:
         services.gate.exit()
+    if request.headers.get("two_phase_commit") == "true" and result.two_phase_commit != "true":
+        # also on early failures: the Flink connector's label probe checks it on `Label Already Exists`
+        result = result.model_copy(update={"two_phase_commit": "true"})
     if result.error_url and result.error_url.startswith("/"):
         result = result.model_copy(update={"error_url": str(request.base_url).rstrip("/") + result.error_url})
     return DorisLoadResponse(result)

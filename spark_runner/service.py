@@ -120,6 +120,7 @@ class LoadService:
         req = prepared.request
         base = dict(
             txn_id=prepared.txn_id,
+            two_phase_commit="true" if req.two_phase_commit else "false",
             label=req.label,
             comment=req.comment,
             load_bytes=load_bytes,
@@ -133,7 +134,12 @@ class LoadService:
         try:
             plan = prepared.plan
             with self.writer.write(
-                req.db, req.table, txn_id=prepared.txn_id, label=req.label, exclusive=plan.reads_stored
+                req.db,
+                req.table,
+                txn_id=prepared.txn_id,
+                label=req.label,
+                exclusive=plan.reads_stored,
+                two_phase=req.two_phase_commit,
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
                 schema = rowset.handle.iceberg.schema()

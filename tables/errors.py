@@ -4,7 +4,9 @@ DorisError                  message already in Doris's words
 ├── DatabaseNotFound
 ├── TableNotFound
 ├── AlreadyExists
-└── LabelAlreadyExists      carries the existing transaction's state
+├── LabelAlreadyExists      carries the existing transaction's state
+├── TxnAborted              the transaction was aborted (2PC abort, timeout) while its load ran
+└── TxnStateError           a 2PC commit/abort found the transaction in another state
 """
 
 from __future__ import annotations
@@ -48,3 +50,17 @@ class LabelAlreadyExists(DorisError):
         if self.state == "PRECOMMITTED":
             return "PRECOMMITTED"
         return "FINISHED"
+
+
+class TxnAborted(DorisError):
+    def __init__(self, txn_id: int, reason: str | None) -> None:
+        super().__init__(f"transaction [{txn_id}] is already aborted, abort reason: {reason or 'User Abort'}")
+
+
+class TxnStateError(DorisError):
+    """The transaction's current state forbids the operation; the caller words the Doris message."""
+
+    def __init__(self, state: str, reason: str | None) -> None:
+        super().__init__(f"transaction is {state}")
+        self.state = state
+        self.reason = reason

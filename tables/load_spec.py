@@ -66,7 +66,9 @@ class LoadRequest(BaseModel):
     comment: str = ""
     partial_columns: bool = False
     partial_update_new_key_behavior: Literal["APPEND", "ERROR"] = "APPEND"
-    source: Literal["stream_load", "insert"] = "stream_load"
+    source: Literal["stream_load", "insert", "broker_load"] = "stream_load"
+    two_phase_commit: bool = False
+    group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
 
 
 Status = Literal["Success", "Publish Timeout", "Label Already Exists", "Fail"]
