@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from app.lifecycle import LoadGate
 from app.settings import Settings
+from spark_runner.group_commit import GroupCommitter
 from spark_runner.service import LoadService
 from sql.executor import SqlExecutor
 from tables.catalog import Catalog
@@ -27,6 +28,7 @@ class Services:
     pauses: PausePoints = field(default_factory=PausePoints)
     gate: LoadGate = field(default_factory=LoadGate)
     two_phase: TwoPhase | None = None
+    group_commit: GroupCommitter | None = None
 
 
 def get_services(request: Request) -> Services:

@@ -25,6 +25,7 @@ log = logging.getLogger("app")
 
 def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+    from spark_runner.group_commit import GroupCommitter
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
     from sql.executor import SqlExecutor
@@ -52,6 +53,14 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     two_phase.recover_committed()
     services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
     services.two_phase = two_phase
+    services.group_commit = GroupCommitter(
+        loads=loads,
+        data_dir=data_dir,
+        interval_ms=settings.group_commit_interval_ms,
+        max_loads=settings.group_commit_max_loads,
+    )
+    if replayed := services.group_commit.replay_wal():
+        log.info("replaying %d acknowledged async group-commit loads", replayed)
     return services
 
 

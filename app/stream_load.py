@@ -87,9 +87,8 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
     receive_ms = int((time.monotonic() - received) * 1000)
     try:
-        return await run_in_threadpool(
-            services.loads.run_csv, prepared, Path(staged.path), load_bytes=staged.size, receive_ms=receive_ms
-        )
+        run = services.group_commit.run if services.group_commit else services.loads.run_csv
+        return await run_in_threadpool(run, prepared, Path(staged.path), load_bytes=staged.size, receive_ms=receive_ms)
     finally:
         services.loads.cleanup_staged(staged.path)
 

@@ -148,11 +148,11 @@ class TableWriter:
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
-                for member in (txn_id, *group):
+                for member in (txn_id, *pending.group):
                     self._txns.set_state(member, VISIBLE)
         except BaseException:
             shutil.rmtree(pending.directory, ignore_errors=True)
-            for member in (txn_id, *group):
+            for member in (txn_id, *pending.group):
                 self._txns.transition(member, (PREPARE,), ABORTED)
             raise
         finally:

@@ -82,7 +82,10 @@ class LoadResult(BaseModel):
     txn_id: int = Field(-1, alias="TxnId")
     label: str = Field("", alias="Label")
     comment: str = Field("", alias="Comment")
-    two_phase_commit: str = Field("false", alias="TwoPhaseCommit")
+    two_phase_commit: str | None = Field("false", alias="TwoPhaseCommit")  # None in group commit
+    group_commit: bool | None = Field(None, alias="GroupCommit")
+    group_commit_mode: str | None = Field(None, alias="GroupCommitMode")
+    load_id: str | None = Field(None, alias="LoadId")
     status: Status = Field("Success", alias="Status")
     existing_job_status: str | None = Field(None, alias="ExistingJobStatus")
     message: str = Field("OK", alias="Message")
@@ -92,12 +95,12 @@ class LoadResult(BaseModel):
     number_unselected_rows: int = Field(0, alias="NumberUnselectedRows")
     load_bytes: int = Field(0, alias="LoadBytes")
     load_time_ms: int = Field(0, alias="LoadTimeMs")
-    begin_txn_time_ms: int = Field(0, alias="BeginTxnTimeMs")
+    begin_txn_time_ms: int | None = Field(0, alias="BeginTxnTimeMs")  # None in group commit
     stream_load_put_time_ms: int = Field(0, alias="StreamLoadPutTimeMs")
     read_data_time_ms: int = Field(0, alias="ReadDataTimeMs")
     write_data_time_ms: int = Field(0, alias="WriteDataTimeMs")
     receive_data_time_ms: int = Field(0, alias="ReceiveDataTimeMs")
-    commit_and_publish_time_ms: int = Field(0, alias="CommitAndPublishTimeMs")
+    commit_and_publish_time_ms: int | None = Field(0, alias="CommitAndPublishTimeMs")  # None in group commit
     error_url: str | None = Field(None, alias="ErrorURL")
     first_error_msg: str | None = Field(None, alias="FirstErrorMsg")
 
