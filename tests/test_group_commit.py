@@ -7,16 +7,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.helpers import AUTH, DorisClient
-from tests.server_process import ServerProcess
 
 CLIENTS = 32
 LOADS_PER_CLIENT = 10  # 320 loads: the 32 x 50 scaled to keep the test near 20 s (bench/ runs 32 x 50)
@@ -119,28 +115,3 @@ def test_a_label_used_twice_in_one_group_is_refused_once(doris: DorisClient, db:
     statuses = sorted(r["Status"] for r in replies)
     assert statuses == ["Label Already Exists", "Success"], replies
     assert len(doris.rows(db, "SELECT k FROM t")) == 1
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", tmp_path / "server.log")
-    yield proc
-    proc.kill()
-
-
-def test_acknowledged_async_loads_survive_sigkill(server: ServerProcess) -> None:
-    # a long interval: the group is still collecting when the server dies
-    server.start(SL_GROUP_COMMIT_INTERVAL_MS="60000")
-    server.sql("x", "CREATE DATABASE d")
-    server.sql("d", DDL.format(name="t", mode="async_mode"))
-    for i in range(5):
-        body = server.load("d", "t", f"{i},acked{i}\n".encode(), label=f"async_{i}")
-        assert_group_reply(body, mode="async_mode", loaded=1)
-    server.kill()
-    server.start()
-    deadline = time.monotonic() + 60
-    while server.sql("d", "SELECT count(*) FROM t")["data"] != [[5]]:
-        assert time.monotonic() < deadline, "acknowledged async loads were lost"
-        time.sleep(0.3)
-    assert server.sql("d", "SELECT k, v FROM t ORDER BY k")["data"] == [[i, f"acked{i}"] for i in range(5)]
-    assert server.label_state("d", "async_4") == "VISIBLE"

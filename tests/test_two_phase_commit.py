@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from tests.helpers import AUTH, DorisClient, assert_doris_result
-from tests.server_process import ServerProcess
 
 DDL = "CREATE TABLE t (k INT NOT NULL, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2"
 # the Flink connector's pattern for the transaction behind a used label
@@ -196,28 +195,3 @@ def test_precommitted_transaction_times_out_and_aborts(short_timeout_server: htt
     assert operate(http, "tdb", "commit", txn_id=txn)["msg"].endswith(
         f"transaction [{txn}] is already aborted. abort reason: timeout by txn manager"
     )
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", tmp_path / "server.log")
-    yield proc
-    proc.kill()
-
-
-def test_precommitted_transactions_survive_a_kill_and_can_be_committed_or_aborted(server: ServerProcess) -> None:
-    server.start()
-    server.sql("x", "CREATE DATABASE d")
-    server.sql("d", DDL)
-    with httpx.Client(base_url=server.base_url, auth=AUTH, timeout=60) as http:
-        keep = assert_doris_result(precommit(http, "d", "keep", "1,kept\n2,kept\n"))["TxnId"]
-        assert_doris_result(precommit(http, "d", "drop", "3,dropped\n"))
-    server.kill()
-    server.start()
-    with httpx.Client(base_url=server.base_url, auth=AUTH, timeout=60) as http:
-        assert load_state(http, "d", "keep") == "PRECOMMITTED"
-        assert server.sql("d", "SELECT k FROM t")["data"] == []
-        assert operate(http, "d", "commit", txn_id=keep)["status"] == "Success"
-        assert operate(http, "d", "abort", label="drop")["status"] == "Success"
-        assert server.sql("d", "SELECT k, v FROM t ORDER BY k")["data"] == [[1, "kept"], [2, "kept"]]
-        assert load_state(http, "d", "drop") == "ABORTED"
