@@ -28,6 +28,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
+    from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
@@ -59,6 +60,10 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
     )
+    executor.broker_loads = BrokerLoads(loads=loads, data_dir=data_dir)
+    resumed, cancelled = executor.broker_loads.recover()
+    if resumed or cancelled:
+        log.info("broker loads interrupted by the stop: %d resumed, %d cancelled", resumed, cancelled)
     if replayed := services.group_commit.replay_wal():
         log.info("replaying %d acknowledged async group-commit loads", replayed)
     return services

@@ -36,7 +36,7 @@ from tables.transactions import VISIBLE, Txn
 log = logging.getLogger(__name__)
 
 FILE_SHIFT = 47  # rows of the n-th file come after those of earlier files: (file << FILE_SHIFT) + position
-CLAUSE_WORDS = ("SET", "WHERE", "DELETE", "ORDER", "PRECEDING", "PROPERTIES", "COLUMNS", "FORMAT", "LINES")
+CLAUSE_WORDS = ("SET", "WHERE", "DELETE", "ORDER", "ORDER BY", "PRECEDING", "PROPERTIES", "COLUMNS", "FORMAT", "LINES")
 
 
 @dataclass
@@ -141,7 +141,7 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
             headers["where"] = _raw_until(cur, CLAUSE_WORDS)
         elif cur.accept("DELETE", "ON"):
             headers["delete"] = _raw_until(cur, CLAUSE_WORDS)
-        elif cur.accept("ORDER", "BY"):
+        elif cur.accept("ORDER BY") or cur.accept("ORDER", "BY"):  # sqlglot reads ORDER BY as one token
             headers["function_column.sequence_col"] = cur.name()
         elif cur.accept("PROPERTIES"):
             _apply_properties(headers, _properties(cur))
@@ -208,8 +208,10 @@ class BrokerLoads:
         request = self._request(load)
         handle = self.loads.catalog.load(load.db, load.table)
         holder = self.loads.txns.find_label(load.db, load.label)
-        if holder is not None and holder.state != "ABORTED" or any(
-            j.state != CANCELLED for j in self.store.in_database(load.db, label=load.label)
+        if (
+            holder is not None
+            and holder.state != "ABORTED"
+            or any(j.state != CANCELLED for j in self.store.in_database(load.db, label=load.label))
         ):
             raise SqlError(f"Label [{load.label}] has already been used.")
         prepared = self.loads.prepare(request.model_copy(update={"table": handle.definition.name}))
@@ -227,7 +229,9 @@ class BrokerLoads:
         self.store.update(job_id, state=LOADING, txn_id=prepared.txn_id, load_started=_now())
         with self._guard:
             self._running[job_id] = prepared
-        threading.Thread(target=self._run, args=(job_id, load, prepared), name=f"broker-load-{job_id}", daemon=True).start()
+        threading.Thread(
+            target=self._run, args=(job_id, load, prepared), name=f"broker-load-{job_id}", daemon=True
+        ).start()
 
     def _run(self, job_id: int, load: BrokerLoad, prepared: PreparedLoad) -> None:
         try:
