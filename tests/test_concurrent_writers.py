@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.helpers import DorisClient, assert_doris_result
 
-CLIENTS = 6
+CLIENTS = 4
 LOADS_PER_CLIENT = 3
 KEYS = 12
 DDL = "CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(32)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 3"
