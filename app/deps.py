@@ -9,11 +9,13 @@ from fastapi import Depends, Request
 
 from app.lifecycle import LoadGate
 from app.settings import Settings
+from spark_runner.group_commit import GroupCommitter
 from spark_runner.service import LoadService
 from sql.executor import SqlExecutor
 from tables.catalog import Catalog
 from tables.pause import PausePoints
 from tables.transactions import TransactionStore
+from tables.twophase import TwoPhase
 
 
 @dataclass
@@ -25,6 +27,8 @@ class Services:
     sql: SqlExecutor
     pauses: PausePoints = field(default_factory=PausePoints)
     gate: LoadGate = field(default_factory=LoadGate)
+    two_phase: TwoPhase | None = None
+    group_commit: GroupCommitter | None = None
 
 
 def get_services(request: Request) -> Services:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, metrics, openapi, query, stream_load
+from app import admin, metrics, openapi, query, stream_load, txn
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
@@ -27,13 +27,16 @@ log = logging.getLogger("app")
 
 def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+    from spark_runner.group_commit import GroupCommitter
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
+    from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
     from tables.transactions import TransactionStore
+    from tables.twophase import TwoPhase
 
     data_dir = settings.resolved_data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +52,23 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
     executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
-    return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
+    two_phase.recover_committed()
+    services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    services.two_phase = two_phase
+    services.group_commit = GroupCommitter(
+        loads=loads,
+        data_dir=data_dir,
+        interval_ms=settings.group_commit_interval_ms,
+        max_loads=settings.group_commit_max_loads,
+    )
+    executor.broker_loads = BrokerLoads(loads=loads, data_dir=data_dir)
+    resumed, cancelled = executor.broker_loads.recover()
+    if resumed or cancelled:
+        log.info("broker loads interrupted by the stop: %d resumed, %d cancelled", resumed, cancelled)
+    if replayed := services.group_commit.replay_wal():
+        log.info("replaying %d acknowledged async group-commit loads", replayed)
+    return services
 
 
 async def maintenance_loop(services: Services) -> None:
@@ -92,11 +111,13 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
         task = asyncio.create_task(maintenance_loop(services))
+        timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         try:
             yield
         finally:
             task.cancel()
             mysql.close()
+            timeouts.cancel()
             services.txns.close()
 
     app = FastAPI(
@@ -112,4 +133,5 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     app.include_router(query.router)
     app.include_router(admin.router)
     app.include_router(metrics.router)
+    app.include_router(txn.router)
     return app

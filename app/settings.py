@@ -42,6 +42,13 @@ class Settings(BaseSettings):
         9030, description="MySQL-protocol port (Doris FE's query_port); 0 picks a free port, logged at start."
     )
     be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
+    precommit_timeout_seconds: float = Field(
+        3600.0, description="A two-phase load left PRECOMMITTED this long is aborted (Doris's precommit timeout)."
+    )
+    group_commit_interval_ms: float = Field(
+        100.0, description="Group commit: how long a group collects loads after its first one arrives."
+    )
+    group_commit_max_loads: int = Field(128, description="Group commit: most loads in one group (one job, one commit).")
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )

@@ -88,9 +88,8 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
     receive_ms = int((time.monotonic() - received) * 1000)
     try:
-        return await run_in_threadpool(
-            services.loads.run_csv, prepared, Path(staged.path), load_bytes=staged.size, receive_ms=receive_ms
-        )
+        run = services.group_commit.run if services.group_commit else services.loads.run_csv
+        return await run_in_threadpool(run, prepared, Path(staged.path), load_bytes=staged.size, receive_ms=receive_ms)
     finally:
         services.loads.cleanup_staged(staged.path)
 
@@ -142,6 +141,9 @@ async def stream_load(db: str, table: str, request: Request, services: ServicesD
     finally:
         services.gate.exit()
     request.app.state.metrics.observe_load(db, table, result, time.monotonic() - started)
+    if request.headers.get("two_phase_commit") == "true" and result.two_phase_commit != "true":
+        # also on early failures: the Flink connector's label probe checks it on `Label Already Exists`
+        result = result.model_copy(update={"two_phase_commit": "true"})
     if result.error_url and result.error_url.startswith("/"):
         result = result.model_copy(update={"error_url": str(request.base_url).rstrip("/") + result.error_url})
     return DorisLoadResponse(result)

@@ -175,14 +175,11 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     behavior = (behavior_raw or "APPEND").upper()
     if behavior not in ("APPEND", "ERROR"):
         raise BadHeader(f"Invalid partial_update_new_key_behavior {behavior_raw}, must be one of {{'APPEND', 'ERROR'}}")
-    if _get(headers, "two_phase_commit") == "true":
-        raise BadHeader("Two phase commit (2PC) for stream load is not supported by this server yet")
+    # compared as the exact string, as the BE does: `True` is not two-phase
+    two_phase_commit = _get(headers, "two_phase_commit") == "true"
     group_commit = _get(headers, "group_commit")
-    if group_commit:
-        if group_commit not in ("async_mode", "sync_mode", "off_mode"):
-            raise BadHeader("group_commit can only be [async_mode, sync_mode, off_mode]")
-        if group_commit != "off_mode":
-            raise BadHeader(f"group_commit {group_commit} is not supported by this server yet")
+    if group_commit and group_commit.lower() not in ("async_mode", "sync_mode", "off_mode"):
+        raise BadHeader("group_commit can only be [async_mode, sync_mode, off_mode]")
 
     merge_raw = _get(headers, "merge_type")
     try:
@@ -257,4 +254,6 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         partial_columns=partial_columns,
         negative=_bool(headers, "negative"),
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
+        two_phase_commit=two_phase_commit,
+        group_commit=group_commit.lower() if group_commit else None,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -42,6 +42,7 @@ class JobOutcome:
     counts: LoadCounts
     files: list[str]
     errors: list[str]  # first rejected rows, error-log lines
+    metrics: dict[str, int] | None = None  # the caller's `extra_metrics`, by name
 
 
 def _field(i: int) -> str:
@@ -408,8 +409,12 @@ def run_load_job(
     field_ids: dict[str, int],
     buckets: int,
     stored: DataFrame | None = None,
+    extra_metrics: tuple[Column, ...] = (),
 ) -> JobOutcome:
-    """Run the load as one Spark action writing the rowset; counts come from an observation of that action."""
+    """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
+
+    `extra_metrics` are further named aggregates over the prepared rows (group commit counts per load).
+    """
     rows = prepare_rows(source, plan)
     observation = Observation(f"load_{directory.name}")
     rows = rows.observe(
@@ -417,6 +422,7 @@ def run_load_job(
         F.expr("count(1)").alias("total"),
         F.expr(f"count_if({REASON} IS NOT NULL)").alias("filtered"),
         F.expr(f"count_if({UNSELECTED})").alias("unselected"),
+        *extra_metrics,
     )
     good = rows.where(f"{REASON} IS NULL AND NOT {UNSELECTED}")
     table = plan.table
@@ -462,4 +468,7 @@ def run_load_job(
         bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
     files = sorted(str(p) for p in directory.glob("*.parquet"))
-    return JobOutcome(counts=counts, files=files, errors=errors)
+    extra = {
+        name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
+    }
+    return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None)

@@ -125,6 +125,7 @@ class LoadService:
         req = prepared.request
         base = dict(
             txn_id=prepared.txn_id,
+            two_phase_commit="true" if req.two_phase_commit else "false",
             label=req.label,
             comment=req.comment,
             load_bytes=load_bytes,
@@ -144,6 +145,7 @@ class LoadService:
                 label=req.label,
                 exclusive=plan.reads_stored,
                 planned=plan.table,
+                two_phase=req.two_phase_commit,
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
                 check_schema(rowset.handle, plan.table)

@@ -16,6 +16,7 @@ from loaders.errors import LoadError
 from spark_runner.queries import collect_result
 from spark_runner.service import LoadService
 from sql.alter import parse_alter, plan_alter
+from sql.broker_load import BrokerLoads
 from sql.ddl import parse_create_table
 from sql.delete import delete_predicate
 from sql.errors import SqlError
@@ -62,6 +63,7 @@ class SqlExecutor:
         self.loads = loads
         self.writer = writer
         self.row_limit = row_limit
+        self.broker_loads: BrokerLoads | None = None  # set by the app: LOAD LABEL, SHOW/CANCEL LOAD
 
     def execute_script(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
         """Run `;`-separated statements in order; the reply is the last statement's.
@@ -157,6 +159,9 @@ class SqlExecutor:
             return ExecStatus()
         if first == "DELETE":
             return self._delete(text, session)
+        if self.broker_loads is not None and (first == "LOAD" or (first, second) == ("CANCEL", "LOAD")):
+            run = self.broker_loads.submit if first == "LOAD" else self.broker_loads.cancel
+            return run(text, session.db)
         if first in ("ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
@@ -192,6 +197,10 @@ class SqlExecutor:
             if cur.accept("FROM") or cur.accept("IN"):
                 db = cur.name()
             return ResultSet(columns=[(f"Tables_in_{db}", "VARCHAR")], rows=[[n] for n in self.catalog.list_tables(db)])
+        if self.broker_loads is not None and cur.accept("LOAD"):
+            return self.broker_loads.show_load(cur, session.db)
+        if self.broker_loads is not None and cur.accept("TRANSACTION"):
+            return self.broker_loads.show_transaction(cur, session.db)
         raise SqlError("This SHOW statement is not supported by this server yet")
 
     def _show_alter(self, cur: Cursor, session: Session) -> ResultSet:

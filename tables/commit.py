@@ -21,11 +21,15 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
-from tables.errors import SchemaChanged
+from tables.errors import DorisError, SchemaChanged, TxnAborted, TxnStateError
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.pause import PausePoints
+from tables.rowset import restamp_version
 from tables.schema_change import SchemaOp, apply_ops
-from tables.transactions import ABORTED, VISIBLE, TransactionStore
+from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
+
+GROUP_PROPERTY = "doris.txn_ids"  # every transaction of a group-commit rowset
+PRECOMMIT_VERSION = 0  # rows of a precommitted load carry this until its commit stamps the real version
 
 
 @dataclass
@@ -38,6 +42,7 @@ class PendingRowset:
     version: int
     directory: Path
     files: list[str] = field(default_factory=list)
+    group: tuple[int, ...] = ()
 
 
 class _Turnstile:
@@ -82,6 +87,7 @@ class TableWriter:
         self.pauses = pauses or PausePoints()
         self._turnstiles: dict[str, _Turnstile] = {}
         self._guard = threading.Lock()
+        self._stripes = [threading.Lock() for _ in range(64)]
 
     def _turnstile(self, handle: TableHandle) -> _Turnstile:
         # keyed by the Iceberg table uuid: a dropped and re-created table starts its own count
@@ -101,22 +107,28 @@ class TableWriter:
         label: str,
         exclusive: bool = False,
         planned: TableDef | None = None,
+        two_phase: bool = False,
+        group: tuple[int, ...] = (),
     ) -> Iterator[PendingRowset]:
         """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE.
 
         `exclusive` waits for the commit turn before the caller runs, so what it reads of the table is
         exactly what its commit lands on (partial updates read the rows they update). `planned` is the
         definition the load was planned with: if a schema change committed since, the load fails.
+        `two_phase` stops at PRECOMMITTED: the files are written and durable, the snapshot waits for
+        `commit_precommitted`, which stamps them with the version of that commit. `group` names further
+        transactions whose rows are in this rowset (group commit): they become VISIBLE with it.
         """
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
-        version = turnstile.take()
+        version = turnstile.take() if exclusive or not two_phase else PRECOMMIT_VERSION
         pending = PendingRowset(
             handle=handle,
             txn_id=txn_id,
             label=label,
             version=version,
             directory=handle.location / "data" / f"txn_{txn_id}",
+            group=group,
         )
         try:
             if exclusive:
@@ -125,7 +137,14 @@ class TableWriter:
             yield pending
             if pending.files:
                 _fsync_files(pending.files, pending.directory)
-            with turnstile.turn(version):
+            if two_phase:
+                if not self._txns.transition(txn_id, (PREPARE,), PRECOMMITTED):
+                    raise self._aborted(txn_id)
+                return
+            with turnstile.turn(version), self._deciding(txn_id):
+                current = self._txns.get(txn_id)
+                if current is not None and current.state != PREPARE:  # aborted by label or timeout meanwhile
+                    raise self._aborted(txn_id)
                 if pending.files:
                     self.pauses.hit("before_commit", handle.definition.name)
                     if handle.iceberg.metadata_location != turnstile.last_metadata:
@@ -134,11 +153,55 @@ class TableWriter:
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
-                self._txns.set_state(txn_id, VISIBLE)
+                for member in (txn_id, *pending.group):
+                    self._txns.set_state(member, VISIBLE)
         except BaseException:
             shutil.rmtree(pending.directory, ignore_errors=True)
-            self._txns.set_state(txn_id, ABORTED)
+            for member in (txn_id, *pending.group):
+                self._txns.transition(member, (PREPARE,), ABORTED)
             raise
+        finally:
+            if version != PRECOMMIT_VERSION:
+                turnstile.done(version)
+
+    def _aborted(self, txn_id: int) -> TxnAborted:
+        txn = self._txns.get(txn_id)
+        return TxnAborted(txn_id, txn.reason if txn else None)
+
+    @contextmanager
+    def _deciding(self, txn_id: int) -> Iterator[None]:
+        """Commit and abort of one transaction exclude each other (striped locks keep this cheap)."""
+        with self._stripes[txn_id % len(self._stripes)]:
+            yield
+
+    def commit_precommitted(self, txn: Txn) -> None:
+        """Publish a PRECOMMITTED transaction: its files get the next version, then one snapshot.
+
+        The version is taken now, so the commit order (not the precommit order) decides ties, as in Doris.
+        Also finishes a COMMITTED transaction whose snapshot a crash interrupted.
+
+        Raises:
+            TxnStateError: the transaction is not precommitted (any more).
+        """
+        handle = self._catalog.load(txn.db, txn.table)
+        turnstile = self._turnstile(handle)
+        version = turnstile.take()
+        directory = handle.location / "data" / f"txn_{txn.txn_id}"
+        try:
+            with turnstile.turn(version), self._deciding(txn.txn_id):
+                if not self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), COMMITTED):
+                    current = self._txns.get(txn.txn_id)
+                    raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
+                files = sorted(str(p) for p in directory.glob("*.parquet")) if directory.is_dir() else []
+                if files:
+                    handle.iceberg.refresh()
+                    if not _committed(handle, txn.txn_id):
+                        restamp_version(files, version)
+                        _fsync_files(files, directory)
+                        pending = PendingRowset(handle, txn.txn_id, txn.label, version, directory, files)
+                        _append(handle, pending, version)
+                    turnstile.last_metadata = handle.iceberg.metadata_location
+                self._txns.set_state(txn.txn_id, VISIBLE)
         finally:
             turnstile.done(version)
 
@@ -178,6 +241,24 @@ class TableWriter:
         finally:
             turnstile.done(version)
 
+    def abort_txn(self, txn_id: int, reason: str) -> None:
+        """Abort a PREPARE or PRECOMMITTED transaction and remove its files.
+
+        Raises:
+            TxnStateError: it is already committed, visible or aborted.
+        """
+        with self._deciding(txn_id):
+            txn = self._txns.get(txn_id)
+            if txn is None or not self._txns.transition(txn_id, (PREPARE, PRECOMMITTED), ABORTED, reason=reason):
+                current = self._txns.get(txn_id)
+                raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
+        if txn.state == PRECOMMITTED:
+            try:
+                handle = self._catalog.load(txn.db, txn.table)
+            except DorisError:
+                return
+            shutil.rmtree(handle.location / "data" / f"txn_{txn_id}", ignore_errors=True)
+
     def truncate(self, db: str, table: str) -> None:
         """Remove every row of a table in one snapshot, keeping its schema and version counter."""
         handle = self._catalog.load(db, table)
@@ -209,6 +290,8 @@ def check_schema(handle: TableHandle, planned: TableDef | None) -> None:
 def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
     """Add the rowset's files in one snapshot; a concurrent housekeeping commit means refresh and retry."""
     summary = {"doris.label": pending.label, "doris.txn_id": str(pending.txn_id), VERSION_PROPERTY: str(version)}
+    if pending.group:
+        summary[GROUP_PROPERTY] = ",".join(str(t) for t in (pending.txn_id, *pending.group))
     for attempt in range(3):
         try:
             handle.iceberg.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
@@ -234,24 +317,30 @@ def _fsync_files(files: list[str], directory: Path) -> None:
         os.close(fd)
 
 
+def _committed(handle: TableHandle, txn_id: int) -> bool:
+    """Whether a snapshot of the table carries this transaction (alone or in a group-commit rowset)."""
+    wanted = str(txn_id)
+    for snap in handle.iceberg.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get("doris.txn_id") == wanted or wanted in props.get(GROUP_PROPERTY, "").split(","):
+            return True
+    return False
+
+
 def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int]:
     """Resolve transactions left PREPARE by a crash: VISIBLE if their snapshot committed, else ABORTED.
 
     Returns (made visible, aborted).
     """
     visible = aborted = 0
-    for txn in txns.in_state("PREPARE"):
+    for txn in txns.in_state(PREPARE):
         committed = False
         try:
             handle = catalog.load(txn.db, txn.table)
         except Exception:  # the table is gone: nothing of the load can be visible
             handle = None
         if handle is not None:
-            for snap in handle.iceberg.snapshots():
-                props = snap.summary.additional_properties if snap.summary else {}
-                if props.get("doris.txn_id") == str(txn.txn_id):
-                    committed = True
-                    break
+            committed = _committed(handle, txn.txn_id)
             if not committed:
                 shutil.rmtree(handle.location / "data" / f"txn_{txn.txn_id}", ignore_errors=True)
         txns.set_state(txn.txn_id, VISIBLE if committed else ABORTED)

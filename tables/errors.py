@@ -5,7 +5,9 @@ DorisError                  message already in Doris's words
 ├── TableNotFound
 ├── AlreadyExists
 ├── LabelAlreadyExists      carries the existing transaction's state
-└── SchemaChanged           a load planned against an older schema tried to commit
+├── SchemaChanged           a load planned against an older schema tried to commit
+├── TxnAborted              the transaction was aborted (2PC abort, timeout) while its load ran
+└── TxnStateError           a 2PC commit/abort found the transaction in another state
 """
 
 from __future__ import annotations
@@ -53,3 +55,17 @@ class LabelAlreadyExists(DorisError):
 
 class SchemaChanged(DorisError):
     pass
+
+
+class TxnAborted(DorisError):
+    def __init__(self, txn_id: int, reason: str | None) -> None:
+        super().__init__(f"transaction [{txn_id}] is already aborted, abort reason: {reason or 'User Abort'}")
+
+
+class TxnStateError(DorisError):
+    """The transaction's current state forbids the operation; the caller words the Doris message."""
+
+    def __init__(self, state: str, reason: str | None) -> None:
+        super().__init__(f"transaction is {state}")
+        self.state = state
+        self.reason = reason

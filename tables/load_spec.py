@@ -67,7 +67,9 @@ class LoadRequest(BaseModel):
     partial_columns: bool = False
     negative: bool = False  # aggregate tables: SUM columns are negated (contract §6.9)
     partial_update_new_key_behavior: Literal["APPEND", "ERROR"] = "APPEND"
-    source: Literal["stream_load", "insert"] = "stream_load"
+    source: Literal["stream_load", "insert", "broker_load"] = "stream_load"
+    two_phase_commit: bool = False
+    group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
 
 
 Status = Literal["Success", "Publish Timeout", "Label Already Exists", "Fail"]
@@ -81,7 +83,10 @@ class LoadResult(BaseModel):
     txn_id: int = Field(-1, alias="TxnId")
     label: str = Field("", alias="Label")
     comment: str = Field("", alias="Comment")
-    two_phase_commit: str = Field("false", alias="TwoPhaseCommit")
+    two_phase_commit: str | None = Field("false", alias="TwoPhaseCommit")  # None in group commit
+    group_commit: bool | None = Field(None, alias="GroupCommit")
+    group_commit_mode: str | None = Field(None, alias="GroupCommitMode")
+    load_id: str | None = Field(None, alias="LoadId")
     status: Status = Field("Success", alias="Status")
     existing_job_status: str | None = Field(None, alias="ExistingJobStatus")
     message: str = Field("OK", alias="Message")
@@ -91,12 +96,12 @@ class LoadResult(BaseModel):
     number_unselected_rows: int = Field(0, alias="NumberUnselectedRows")
     load_bytes: int = Field(0, alias="LoadBytes")
     load_time_ms: int = Field(0, alias="LoadTimeMs")
-    begin_txn_time_ms: int = Field(0, alias="BeginTxnTimeMs")
+    begin_txn_time_ms: int | None = Field(0, alias="BeginTxnTimeMs")  # None in group commit
     stream_load_put_time_ms: int = Field(0, alias="StreamLoadPutTimeMs")
     read_data_time_ms: int = Field(0, alias="ReadDataTimeMs")
     write_data_time_ms: int = Field(0, alias="WriteDataTimeMs")
     receive_data_time_ms: int = Field(0, alias="ReceiveDataTimeMs")
-    commit_and_publish_time_ms: int = Field(0, alias="CommitAndPublishTimeMs")
+    commit_and_publish_time_ms: int | None = Field(0, alias="CommitAndPublishTimeMs")  # None in group commit
     error_url: str | None = Field(None, alias="ErrorURL")
     first_error_msg: str | None = Field(None, alias="FirstErrorMsg")
 

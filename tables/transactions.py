@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS txns (
     label TEXT NOT NULL,
     state TEXT NOT NULL,
     created REAL NOT NULL,
-    finished REAL
+    finished REAL,
+    reason TEXT,
+    precommitted REAL
 );
 CREATE INDEX IF NOT EXISTS txns_label ON txns (db, label);
 """
@@ -44,6 +46,8 @@ class Txn:
     state: str
     created: float
     finished: float | None
+    reason: str | None = None
+    precommitted: float | None = None
 
 
 class TransactionStore:
@@ -55,6 +59,10 @@ class TransactionStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
+        present = {row[1] for row in self._conn.execute("PRAGMA table_info(txns)")}
+        for column in ("reason TEXT", "precommitted REAL"):  # tables created before these columns existed
+            if column.split()[0] not in present:
+                self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
         self._lock = threading.Lock()
         self.label_keep_seconds = label_keep_seconds
 
@@ -97,6 +105,41 @@ class TransactionStore:
     def set_state(self, txn_id: int, state: str) -> None:
         with self._lock:
             self._conn.execute("UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id))
+
+    def transition(self, txn_id: int, expect: tuple[str, ...], state: str, *, reason: str | None = None) -> bool:
+        """Move a transaction to `state` only if it is in one of `expect`; True when it moved."""
+        now = time.time()
+        marks = ", ".join("?" for _ in expect)
+        stamp = ", precommitted = ?" if state == PRECOMMITTED else ", finished = ?"
+        with self._lock:
+            cur = self._conn.execute(
+                f"UPDATE txns SET state = ?, reason = coalesce(?, reason){stamp} "
+                f"WHERE txn_id = ? AND state IN ({marks})",
+                (state, reason, now, txn_id, *expect),
+            )
+        return cur.rowcount == 1
+
+    def find_label(self, db: str, label: str, states: tuple[str, ...] | None = None) -> Txn | None:
+        """The newest transaction of a label in the database (in one of `states`, when given)."""
+        sql = "SELECT * FROM txns WHERE db = ? AND label = ?"
+        args: list[object] = [db, label]
+        if states:
+            sql += f" AND state IN ({', '.join('?' for _ in states)})"
+            args += states
+        with self._lock:
+            row = self._conn.execute(sql + " ORDER BY txn_id DESC LIMIT 1", args).fetchone()
+        return Txn(*row) if row else None
+
+    def in_database(self, db: str, *, label_like: str | None = None, limit: int = 1000) -> list[Txn]:
+        """Transactions of a database, newest first; `label_like` is a SQL LIKE pattern."""
+        sql = "SELECT * FROM txns WHERE db = ?"
+        args: list[object] = [db]
+        if label_like is not None:
+            sql += " AND label LIKE ?"
+            args.append(label_like)
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY txn_id DESC LIMIT ?", (*args, limit)).fetchall()
+        return [Txn(*r) for r in rows]
 
     def get(self, txn_id: int) -> Txn | None:
         with self._lock:

@@ -138,7 +138,11 @@ def test_label_is_generated_when_not_given(headers: dict[str, str]) -> None:
             id="hidden-columns-trimmed-and-empty-entries-dropped",
         ),
         pytest.param({"comment": "nightly load"}, "comment", "nightly load", id="comment-kept"),
-        pytest.param({"group_commit": "off_mode"}, "merge_type", MergeType.APPEND, id="group-commit-off-is-accepted"),
+        pytest.param({"group_commit": "off_mode"}, "group_commit", "off_mode", id="group-commit-off-is-accepted"),
+        pytest.param({"group_commit": "ASYNC_MODE"}, "group_commit", "async_mode", id="group-commit-mode-any-case"),
+        pytest.param({}, "group_commit", None, id="group-commit-absent-table-decides"),
+        pytest.param({"two_phase_commit": "true"}, "two_phase_commit", True, id="two-phase-commit"),
+        pytest.param({"two_phase_commit": "True"}, "two_phase_commit", False, id="two-phase-commit-exact-string"),
     ],
 )
 def test_header_value_is_applied(headers: dict[str, str], field: str, expected: Any) -> None:
@@ -257,13 +261,6 @@ def test_unknown_headers_are_ignored(headers: dict[str, str]) -> None:
             "group_commit can only be [async_mode, sync_mode, off_mode]",
             id="group-commit-unknown-mode",
         ),
-        pytest.param(
-            {"group_commit": "async_mode"},
-            BadHeader,
-            "group_commit async_mode is not supported",
-            id="group-commit-async-not-built",
-        ),
-        pytest.param({"two_phase_commit": "true"}, BadHeader, "Two phase commit (2PC)", id="two-phase-commit"),
         pytest.param(
             {"unique_key_update_mode": "UPDATE_FLEXIBLE_COLUMNS"},
             BadHeader,

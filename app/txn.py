@@ -1,0 +1,78 @@
+"""Two-phase commit, phase two: `PUT /api/{db}/_stream_load_2pc` (and the table form), contract §1.5.
+
+The FE's checks come first with its `{"status": "FAILED", "msg": ...}` shape; the BE's answer is
+`{"status": "Success", "msg": "... commit successfully."}` or a Doris status code with its message,
+pretty-printed with 4 spaces as rapidjson's PrettyWriter does. Always HTTP 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response
+
+from app.auth import fe_auth_failure
+from app.deps import Services, ServicesDep
+from app.responses import fe_unauthorized
+
+router = APIRouter()
+log = logging.getLogger(__name__)
+
+
+def _be_reply(status: str, msg: str) -> Response:
+    body = json.dumps({"status": status, "msg": msg}, indent=4, ensure_ascii=False)
+    return Response(body, status_code=200, media_type="application/json")
+
+
+async def _operate(db: str, request: Request, services: Services) -> Response:
+    from tables.twophase import TxnOperationError
+
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
+    txn_id, label = request.headers.get("txn_id"), request.headers.get("label")
+    operation = request.headers.get("txn_operation")
+    if not txn_id and not label:
+        return JSONResponse({"status": "FAILED", "msg": "No transaction id or label selected."})
+    if not operation:
+        return JSONResponse({"status": "FAILED", "msg": "No transaction operation('commit' or 'abort') selected."})
+    assert services.two_phase is not None
+    try:
+        msg = await run_in_threadpool(
+            services.two_phase.operate, db, txn_id=txn_id, label=label, operation=operation.strip()
+        )
+    except TxnOperationError as exc:
+        return _be_reply(exc.status, exc.msg)
+    except Exception as exc:  # a bug: still Doris's error shape
+        log.exception("2PC %s failed", operation)
+        return _be_reply("INTERNAL_ERROR", str(exc))
+    return _be_reply("Success", msg)
+
+
+@router.put("/api/{db}/_stream_load_2pc")
+async def stream_load_2pc(db: str, request: Request, services: ServicesDep) -> Response:
+    return await _operate(db, request, services)
+
+
+@router.put("/api/{db}/{table}/_stream_load_2pc")
+async def table_stream_load_2pc(db: str, table: str, request: Request, services: ServicesDep) -> Response:
+    return await _operate(db, request, services)
+
+
+async def precommit_timeout_loop(services: Services) -> None:
+    """Abort transactions left PRECOMMITTED past `precommit_timeout_seconds`."""
+    settings = services.settings
+    interval = max(0.2, min(settings.precommit_timeout_seconds / 4, 30.0))
+    while True:
+        await asyncio.sleep(interval)
+        if services.two_phase is None:
+            continue
+        try:
+            aborted = await run_in_threadpool(services.two_phase.abort_expired, settings.precommit_timeout_seconds)
+            if aborted:
+                log.info("aborted %d precommitted transactions past their timeout", aborted)
+        except Exception:  # housekeeping must never take the server down
+            log.exception("precommit timeout pass failed")

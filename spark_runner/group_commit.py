@@ -1,0 +1,398 @@
+"""Group commit: concurrent small loads to one table become one Spark job and one Iceberg commit.
+
+    stream load (group_commit header, or the table's `group_commit_mode` property)
+        │ prepared (own txn id and label, claimed as usual: a duplicate label is refused there)
+        ▼
+    GroupCommitter.run ── async_mode: payload hard-linked into wal/, fsynced, reply at once
+        │                  sync_mode:  wait for the group's commit, reply after it is visible
+        ▼
+    one worker per (table, load shape): waits `group_commit_interval_ms` after a group's first load,
+    then one job over every payload of the group (rows ordered by (load, line), so a later load wins a
+    tie as if the loads had been committed one by one), counts per load from the same Spark action,
+    loads over `max_filter_ratio` dropped and the job rerun without them, one snapshot for the rest.
+
+The group has a transaction of its own (label `group_commit_<hex>`, as Doris names it); the snapshot
+lists every member, so start-up recovery finds them. Start-up replays async payloads still in wal/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from loaders.errors import DataQualityError, LoadError
+from spark_runner.errors import spark_errors
+from spark_runner.load_job import (
+    LINE,
+    POS,
+    REASON,
+    UNSELECTED,
+    JobOutcome,
+    columnar_source,
+    csv_source,
+    json_source,
+    prepare_rows,
+    run_load_job,
+)
+from spark_runner.planning import plan_load
+from spark_runner.service import LoadService, PreparedLoad, write_partitions
+from tables.load_spec import LoadCounts, LoadRequest, LoadResult
+from tables.transactions import ABORTED, PREPARE, VISIBLE
+
+log = logging.getLogger(__name__)
+
+MODE_PROPERTY = "group_commit_mode"  # table property: the mode of loads that send no group_commit header
+LOAD_SHIFT = 47  # a row's position in the group: (load index << LOAD_SHIFT) + its position in its payload
+MAX_ERROR_ROWS = 50
+
+
+def group_mode(prepared: PreparedLoad, load_bytes: int) -> str | None:
+    """`sync_mode` / `async_mode` when this load goes through group commit, else None.
+
+    As in Doris, group commit is not used for two-phase loads, partial updates or an empty body.
+    """
+    req = prepared.request
+    mode = req.group_commit or prepared.plan.table.properties.get(MODE_PROPERTY, "off_mode").lower()
+    if mode not in ("sync_mode", "async_mode") or req.two_phase_commit or prepared.plan.reads_stored:
+        return None
+    return mode if load_bytes > 0 else None
+
+
+def _shape(request: LoadRequest) -> str:
+    """Loads group together only when everything but their identity is the same."""
+    return request.model_dump_json(exclude={"label", "comment", "group_commit", "timeout_s"})
+
+
+@dataclass
+class _Member:
+    prepared: PreparedLoad
+    path: Path  # the payload, hard-linked where the group reads it
+    load_bytes: int
+    receive_ms: int
+    future: Future[LoadResult] = field(default_factory=Future)
+    index: int = -1  # position in its group
+
+
+class _Worker:
+    """One queue and one thread per (table, load shape): groups of one table commit one after another."""
+
+    def __init__(self, owner: GroupCommitter, name: str) -> None:
+        self.owner = owner
+        self.items: queue.Queue[_Member] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name=f"group-commit-{name}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            first = self.items.get()
+            batch = [first]
+            deadline = time.monotonic() + self.owner.interval_s
+            while len(batch) < self.owner.max_loads:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(self.items.get(timeout=remaining))
+                except queue.Empty:
+                    break
+            try:
+                self.owner.commit_group(batch)
+            except Exception as exc:  # a bug: every member still gets a Doris-shaped Fail
+                log.exception("group commit failed")
+                for member in batch:
+                    if not member.future.done():
+                        member.future.set_exception(exc)
+
+
+class GroupCommitter:
+    """Collects group-commit loads per table and runs each group as one load job and one commit."""
+
+    def __init__(self, *, loads: LoadService, data_dir: Path, interval_ms: float = 100.0, max_loads: int = 128) -> None:
+        self.loads = loads
+        self.interval_s = interval_ms / 1000
+        self.max_loads = max_loads
+        self.wal_dir = data_dir / "wal"
+        self.group_dir = data_dir / "group_commit"
+        self.wal_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
+        self.group_dir.mkdir(parents=True, exist_ok=True)
+        self._workers: dict[tuple[str, str, str], _Worker] = {}
+        self._guard = threading.Lock()
+
+    # -- entry point ----------------------------------------------------------------------
+    def run(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
+        """Run a staged stream load, through group commit when its mode says so, else as a plain load."""
+        mode = group_mode(prepared, load_bytes)
+        if mode is None:
+            return self.loads.run_csv(prepared, path, load_bytes=load_bytes, receive_ms=receive_ms)
+        if mode == "async_mode":
+            wal = self._write_wal(prepared, path, load_bytes)
+            self._submit(_Member(prepared, wal, load_bytes, receive_ms))
+            rows = _count_rows(wal, prepared.request)
+            return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
+        linked = self.group_dir / f"txn_{prepared.txn_id}.dat"
+        os.link(path, linked)
+        member = _Member(prepared, linked, load_bytes, receive_ms)
+        self._submit(member)
+        return member.future.result()
+
+    def _submit(self, member: _Member) -> None:
+        req = member.prepared.request
+        key = (req.db, req.table, _shape(req))
+        with self._guard:
+            worker = self._workers.get(key)
+            if worker is None:
+                worker = self._workers[key] = _Worker(self, f"{req.db}.{req.table}")
+        worker.items.put(member)
+
+    # -- write-ahead files ----------------------------------------------------------------
+    def _write_wal(self, prepared: PreparedLoad, path: Path, load_bytes: int) -> Path:
+        """The payload and its request, durable before the load is acknowledged."""
+        wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
+        os.link(path, wal)
+        meta = self.wal_dir / f"txn_{prepared.txn_id}.json"
+        tmp = meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"request": prepared.request.model_dump(mode="json"), "load_bytes": load_bytes}))
+        for name in (wal, tmp):
+            _fsync(name)
+        os.replace(tmp, meta)
+        _fsync(self.wal_dir)
+        return wal
+
+    def _drop_wal(self, txn_id: int) -> None:
+        for suffix in (".dat", ".json"):
+            (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
+
+    def replay_wal(self) -> int:
+        """At start-up: queue again every acknowledged async load that did not commit; returns how many."""
+        replayed = 0
+        for meta in sorted(self.wal_dir.glob("txn_*.json"), key=lambda p: int(p.stem[4:])):
+            txn_id = int(meta.stem[4:])
+            txn = self.loads.txns.get(txn_id)
+            payload = meta.with_suffix(".dat")
+            if txn is None or txn.state == VISIBLE or not payload.exists():
+                self._drop_wal(txn_id)
+                continue
+            info = json.loads(meta.read_text())
+            request = LoadRequest.model_validate(info["request"])
+            try:
+                handle = self.loads.catalog.load(request.db, request.table)
+                plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+            except Exception:  # the table is gone or changed beyond the load: it cannot be applied any more
+                log.exception("async load %d cannot be replayed", txn_id)
+                self.loads.txns.transition(txn_id, (PREPARE,), ABORTED, reason="replay failed")
+                self._drop_wal(txn_id)
+                continue
+            # start-up recovery aborted it (no snapshot yet): the acknowledged load is still owed
+            self.loads.txns.transition(txn_id, (ABORTED, PREPARE), PREPARE)
+            prepared = PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)
+            self._submit(_Member(prepared, payload, int(info["load_bytes"]), 0))
+            replayed += 1
+        return replayed
+
+    # -- one group --------------------------------------------------------------------------
+    def commit_group(self, batch: list[_Member]) -> None:
+        """One job and one commit for the whole batch; every member's future gets its own result."""
+        first = batch[0].prepared
+        req = first.request
+        group_label = f"group_commit_{uuid.uuid4().hex}"
+        group_txn = self.loads.txns.begin(req.db, first.plan.table.name, group_label)
+        directory = self.group_dir / f"group_{group_txn}"
+        directory.mkdir()
+        for index, member in enumerate(batch):
+            member.index = index
+            os.link(member.path, directory / f"{index:06d}.dat")
+        load_bytes = sum(m.load_bytes for m in batch)
+        started = time.monotonic()
+        failed: dict[int, LoadResult] = {}
+        outcome: JobOutcome | None = None
+        per_load: list[LoadCounts] = []
+        try:
+            with self.loads.writer.write(req.db, first.plan.table.name, txn_id=group_txn, label=group_label) as rowset:
+                schema = rowset.handle.iceberg.schema()
+                field_ids = {c.name: schema.find_field(c.name).field_id for c in first.plan.table.all_columns()}
+                spark = self.loads._session_for(req)
+                source = _indexed(_read(spark, directory, first))
+                while True:
+                    kept = [i for i in range(len(batch)) if i not in failed]
+                    if not kept:
+                        break
+                    frame = source if not failed else source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(kept)})"))
+                    with spark_errors():
+                        outcome = run_load_job(
+                            spark,
+                            frame,
+                            first.plan,
+                            directory=rowset.directory,
+                            version=rowset.version,
+                            field_ids=field_ids,
+                            buckets=write_partitions(first.plan.table.buckets, load_bytes),
+                            extra_metrics=_per_load_metrics(len(batch)),
+                        )
+                    per_load = _counts(outcome, len(batch))
+                    newly = [i for i in kept if _too_many_filtered(per_load[i], req.max_filter_ratio)]
+                    if not newly:
+                        break
+                    for i in newly:
+                        failed[i] = self._fail(batch[i], per_load[i], source, spark)
+                    shutil.rmtree(rowset.directory, ignore_errors=True)  # rerun without the failed loads
+                    outcome = None
+                rowset.files = outcome.files if outcome else []
+                rowset.group = tuple(batch[i].prepared.txn_id for i in range(len(batch)) if i not in failed)
+        except Exception as exc:
+            if not isinstance(exc, LoadError):
+                log.exception("group commit of %d loads failed", len(batch))
+            error = exc if isinstance(exc, LoadError) else LoadError(str(exc).strip().splitlines()[0])
+            for i, member in enumerate(batch):
+                if i not in failed:
+                    self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
+                    failed[i] = self._result(member, error=error)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        commit_ms = int((time.monotonic() - started) * 1000)
+        log.info("group commit of %d loads into %s.%s took %d ms", len(batch), req.db, req.table, commit_ms)
+        for i, member in enumerate(batch):
+            result = failed.get(i) or self._result(member, counts=per_load[i], commit_ms=commit_ms)
+            self._drop_wal(member.prepared.txn_id)
+            member.path.unlink(missing_ok=True)
+            member.future.set_result(result)
+
+    def _fail(self, member: _Member, counts: LoadCounts, source: DataFrame, spark: SparkSession) -> LoadResult:
+        """A load of the group over its filter ratio: its error log, its transaction aborted."""
+        error = DataQualityError("too many filtered rows", error_url=None)
+        self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
+        return self._result(member, counts=counts, error=error, error_source=(source, spark))
+
+    def _result(
+        self,
+        member: _Member,
+        *,
+        counts: LoadCounts | None = None,
+        error: LoadError | None = None,
+        commit_ms: int = 0,
+        error_source: tuple[DataFrame, SparkSession] | None = None,
+    ) -> LoadResult:
+        prepared = member.prepared
+        counts = counts or LoadCounts()
+        error_url = None
+        if counts.filtered and error_source is not None:
+            error_url = self._error_log(member, error_source[0])
+        mode = prepared.request.group_commit or prepared.plan.table.properties.get(MODE_PROPERTY, "sync_mode")
+        result = self._reply(prepared, mode, counts, member.load_bytes, member.receive_ms)
+        update: dict[str, object] = {
+            "load_time_ms": int((time.monotonic() - prepared.started) * 1000),
+            "write_data_time_ms": commit_ms,
+            "error_url": error_url,
+        }
+        if error is not None:
+            update |= {"status": "Fail", "message": error.doris_message, "number_loaded_rows": 0}
+        return result.model_copy(update=update)
+
+    def _reply(
+        self, prepared: PreparedLoad, mode: str, counts: LoadCounts, load_bytes: int, receive_ms: int
+    ) -> LoadResult:
+        """Doris's group-commit reply: GroupCommit fields instead of TwoPhaseCommit and the txn timings."""
+        req = prepared.request
+        return LoadResult(
+            txn_id=prepared.txn_id,
+            label=req.label,
+            comment=req.comment,
+            two_phase_commit=None,
+            group_commit=True,
+            group_commit_mode=mode,
+            load_id=uuid.UUID(int=prepared.txn_id).hex,
+            status="Success",
+            message="OK",
+            number_total_rows=counts.total,
+            number_loaded_rows=counts.loaded,
+            number_filtered_rows=counts.filtered,
+            number_unselected_rows=counts.unselected,
+            load_bytes=load_bytes,
+            load_time_ms=int((time.monotonic() - prepared.started) * 1000),
+            begin_txn_time_ms=None,
+            stream_load_put_time_ms=prepared.plan_ms,
+            receive_data_time_ms=receive_ms,
+            commit_and_publish_time_ms=None,
+        )
+
+    def _error_log(self, member: _Member, source: DataFrame) -> str | None:
+        """The rejected rows of one load of the group (a second, small Spark job on the error path only)."""
+        mine = source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) = {member.index}"))
+        rows = prepare_rows(mine, member.prepared.plan)
+        bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
+        errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
+        counts = LoadCounts(filtered=len(errors))
+        return self.loads._write_error_log(member.prepared, JobOutcome(counts=counts, files=[], errors=errors))
+
+
+def _read(spark: SparkSession, directory: Path, prepared: PreparedLoad) -> DataFrame:
+    readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
+    return readers.get(prepared.request.format, csv_source)(spark, directory, prepared.plan)
+
+
+def _indexed(frame: DataFrame) -> DataFrame:
+    """Prefix each row's position with its load's index (from the payload's file name `NNNNNN.dat`)."""
+    load = "CAST(regexp_extract(input_file_name(), '([0-9]+)\\\\.dat$', 1) AS BIGINT)"
+    columns = [c for c in frame.columns if c != POS]
+    return frame.selectExpr(f"({load} << {LOAD_SHIFT}) + {POS} AS {POS}", *columns)
+
+
+def _per_load_metrics(loads: int) -> tuple[Column, ...]:
+    out: list[Column] = []
+    for i in range(loads):
+        mine = f"({POS} >> {LOAD_SHIFT}) = {i}"
+        out += [
+            F.expr(f"count_if({mine})").alias(f"t{i}"),
+            F.expr(f"count_if({mine} AND {REASON} IS NOT NULL)").alias(f"f{i}"),
+            F.expr(f"count_if({mine} AND {UNSELECTED})").alias(f"u{i}"),
+        ]
+    return tuple(out)
+
+
+def _counts(outcome: JobOutcome, loads: int) -> list[LoadCounts]:
+    metrics = outcome.metrics or {}
+    out = []
+    for i in range(loads):
+        total, filtered, unselected = metrics.get(f"t{i}", 0), metrics.get(f"f{i}", 0), metrics.get(f"u{i}", 0)
+        out.append(
+            LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
+        )
+    return out
+
+
+def _too_many_filtered(counts: LoadCounts, ratio: float) -> bool:
+    selected = counts.total - counts.unselected
+    return selected > 0 and counts.filtered / selected > ratio
+
+
+def _in(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _count_rows(path: Path, request: LoadRequest) -> int:
+    """Rows of an async payload as received (non-empty lines), reported before the job has run."""
+    if request.format not in ("csv", "json") or (request.format == "json" and request.strip_outer_array):
+        return 0
+    data = path.read_bytes().decode(errors="replace")
+    lines = [line for line in data.split(request.line_delimiter) if line.strip()]
+    return max(0, len(lines) - request.skip_lines)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,442 @@
+"""Broker load: `LOAD LABEL db.label (DATA INFILE(...) INTO TABLE t ...) [WITH BROKER ...] [PROPERTIES (...)]`,
+`SHOW LOAD`, `CANCEL LOAD` and `SHOW TRANSACTION` (the Kafka connector's recovery query).
+
+    LOAD LABEL ──parse──► the same headers a stream load would send ──► LoadRequest (same checks, same
+        allow-list) ──► a job row (PENDING) ──thread──► LOADING: one Spark load job over the files,
+        committed by the single writer ──► FINISHED with counts, or CANCELLED with a reason
+
+Files are any path Spark reads (local paths, globs, hdfs:// or s3a:// with the right Spark conf); the
+broker clause is accepted and ignored. A job PENDING or LOADING when the server stopped is resumed at
+start-up (its transaction was resolved first: a committed one just finishes the job).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from sqlglot import TokenType
+
+from loaders.errors import LoadError
+from loaders.headers import parse_load_request
+from spark_runner.load_job import POS, columnar_source, csv_source, json_source
+from spark_runner.service import LoadService, PreparedLoad
+from sql.errors import SqlError
+from sql.results import ExecStatus, ResultSet
+from sql.tokens import Cursor
+from tables.errors import DorisError, TxnStateError
+from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
+from tables.load_spec import LoadRequest, LoadResult
+from tables.transactions import VISIBLE, Txn
+
+log = logging.getLogger(__name__)
+
+FILE_SHIFT = 47  # rows of the n-th file come after those of earlier files: (file << FILE_SHIFT) + position
+CLAUSE_WORDS = ("SET", "WHERE", "DELETE", "ORDER", "ORDER BY", "PRECEDING", "PROPERTIES", "COLUMNS", "FORMAT", "LINES")
+
+
+@dataclass
+class BrokerLoad:
+    """One parsed LOAD statement (a single data description)."""
+
+    db: str
+    label: str
+    table: str
+    paths: list[str]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _raw_until(cur: Cursor, stops: tuple[str, ...]) -> str:
+    """The source text of an expression: tokens up to a clause keyword or the closing paren, at depth 0."""
+    start = cur.peek()
+    if start is None:
+        raise cur.error("an expression")
+    depth = 0
+    end = start
+    while (tok := cur.peek()) is not None:
+        if depth == 0 and (tok.token_type == TokenType.R_PAREN or cur.word() in stops):
+            break
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+        end = tok
+        cur.next()
+    return cur.text[start.start : end.end + 1].strip()
+
+
+def _string_list(cur: Cursor) -> list[str]:
+    cur.expect_type(TokenType.L_PAREN, "(")
+    items = [cur.string()]
+    while cur.accept_type(TokenType.COMMA):
+        items.append(cur.string())
+    cur.expect_type(TokenType.R_PAREN, ")")
+    return items
+
+
+def _properties(cur: Cursor) -> dict[str, str]:
+    cur.expect_type(TokenType.L_PAREN, "(")
+    props: dict[str, str] = {}
+    while not cur.accept_type(TokenType.R_PAREN):
+        key = cur.string()
+        cur.expect_type(TokenType.EQ, "=")
+        props[key.lower()] = cur.string()
+        cur.accept_type(TokenType.COMMA)
+    return props
+
+
+def parse_load(text: str, current_db: str | None) -> BrokerLoad:
+    """Parse `LOAD LABEL ...` into the stream-load headers it stands for.
+
+    Raises:
+        SqlError: a syntax error, naming what was expected and where.
+    """
+    cur = Cursor(text)
+    cur.expect("LOAD", "LABEL")
+    db, label = cur.qualified_name()
+    db = db or current_db
+    if not db:
+        raise SqlError("No database selected")
+    cur.expect_type(TokenType.L_PAREN, "(")
+    headers: dict[str, str] = {"label": label}
+    for merge in ("MERGE", "APPEND", "DELETE"):
+        if cur.accept(merge):
+            headers["merge_type"] = merge
+    cur.expect("DATA", "INFILE")
+    paths = _string_list(cur)
+    if cur.accept("NEGATIVE"):
+        headers["negative"] = "true"
+    cur.expect("INTO", "TABLE")
+    table = cur.name()
+    if cur.accept("PARTITION"):
+        raise SqlError("PARTITION in LOAD is not supported by this server yet")
+    columns: list[str] = []
+    while not cur.accept_type(TokenType.R_PAREN):
+        if cur.accept("COLUMNS", "TERMINATED", "BY"):
+            headers["column_separator"] = cur.string()
+        elif cur.accept("LINES", "TERMINATED", "BY"):
+            headers["line_delimiter"] = cur.string()
+        elif cur.accept("FORMAT", "AS"):
+            headers["format"] = cur.string().lower()
+        elif cur.at(TokenType.L_PAREN):
+            cur.next()
+            columns = [cur.name()]
+            while cur.accept_type(TokenType.COMMA):
+                columns.append(cur.name())
+            cur.expect_type(TokenType.R_PAREN, ")")
+        elif cur.accept("SET"):
+            cur.expect_type(TokenType.L_PAREN, "(")
+            while True:
+                columns.append(_raw_until_comma(cur))
+                if not cur.accept_type(TokenType.COMMA):
+                    break
+            cur.expect_type(TokenType.R_PAREN, ")")
+        elif cur.accept("PRECEDING", "FILTER"):
+            raise SqlError("PRECEDING FILTER in LOAD is not supported by this server yet")
+        elif cur.accept("WHERE"):
+            headers["where"] = _raw_until(cur, CLAUSE_WORDS)
+        elif cur.accept("DELETE", "ON"):
+            headers["delete"] = _raw_until(cur, CLAUSE_WORDS)
+        elif cur.accept("ORDER BY") or cur.accept("ORDER", "BY"):  # sqlglot reads ORDER BY as one token
+            headers["function_column.sequence_col"] = cur.name()
+        elif cur.accept("PROPERTIES"):
+            _apply_properties(headers, _properties(cur))
+        else:
+            raise cur.error("a data description clause")
+    if columns:
+        headers["columns"] = ", ".join(columns)
+    if cur.accept("WITH"):
+        cur.accept("BROKER") or cur.accept("S3") or cur.accept("HDFS") or cur.accept("RESOURCE")
+        if not cur.at(TokenType.L_PAREN):
+            cur.string() if not cur.at(TokenType.VAR) else cur.name()
+        if cur.at(TokenType.L_PAREN):
+            cur.skip_parens()
+    if cur.accept("PROPERTIES"):
+        _apply_properties(headers, _properties(cur))
+    if not cur.at_end():
+        raise cur.error("end of statement")
+    return BrokerLoad(db=db, label=label, table=table, paths=paths, headers=headers)
+
+
+def _raw_until_comma(cur: Cursor) -> str:
+    start = cur.peek()
+    if start is None:
+        raise cur.error("an assignment")
+    depth, end = 0, start
+    while (tok := cur.peek()) is not None:
+        if depth == 0 and tok.token_type in (TokenType.COMMA, TokenType.R_PAREN):
+            break
+        depth += tok.token_type == TokenType.L_PAREN
+        depth -= tok.token_type == TokenType.R_PAREN
+        end = tok
+        cur.next()
+    return cur.text[start.start : end.end + 1].strip()
+
+
+def _apply_properties(headers: dict[str, str], props: dict[str, str]) -> None:
+    for key in ("timeout", "max_filter_ratio", "strict_mode", "timezone", "exec_mem_limit"):
+        if key in props:
+            headers[key] = props[key]
+
+
+def _time(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "NULL"
+
+
+class BrokerLoads:
+    """Runs broker load jobs in the background and answers SHOW LOAD / CANCEL LOAD / SHOW TRANSACTION."""
+
+    def __init__(self, *, loads: LoadService, data_dir: Path) -> None:
+        self.loads = loads
+        self.store = LoadJobStore(data_dir / "load_jobs.db")
+        self._running: dict[int, PreparedLoad] = {}
+        self._cancelled: set[int] = set()
+        self._guard = threading.Lock()
+
+    # -- LOAD LABEL ---------------------------------------------------------------------------
+    def submit(self, text: str, current_db: str | None) -> ExecStatus:
+        """Check the statement now (Doris refuses a bad load before the job exists), run it later.
+
+        Raises:
+            SqlError, DorisError, LoadError: syntax, unknown table, bad columns, label in use.
+        """
+        load = parse_load(text, current_db)
+        request = self._request(load)
+        handle = self.loads.catalog.load(load.db, load.table)
+        holder = self.loads.txns.find_label(load.db, load.label)
+        if (
+            holder is not None
+            and holder.state != "ABORTED"
+            or any(j.state != CANCELLED for j in self.store.in_database(load.db, label=load.label))
+        ):
+            raise SqlError(f"Label [{load.label}] has already been used.")
+        prepared = self.loads.prepare(request.model_copy(update={"table": handle.definition.name}))
+        task_info = f"cluster:N/A; timeout(s):{request.timeout_s}; max_filter_ratio:{request.max_filter_ratio}"
+        job_id = self.store.create(
+            db=load.db, label=load.label, table=handle.definition.name, statement=text, task_info=task_info
+        )
+        self._start(job_id, load, prepared)
+        return ExecStatus()
+
+    def _request(self, load: BrokerLoad) -> LoadRequest:
+        return parse_load_request(load.db, load.table, load.headers).model_copy(update={"source": "broker_load"})
+
+    def _start(self, job_id: int, load: BrokerLoad, prepared: PreparedLoad) -> None:
+        self.store.update(job_id, state=LOADING, txn_id=prepared.txn_id, load_started=_now())
+        with self._guard:
+            self._running[job_id] = prepared
+        threading.Thread(
+            target=self._run, args=(job_id, load, prepared), name=f"broker-load-{job_id}", daemon=True
+        ).start()
+
+    def _run(self, job_id: int, load: BrokerLoad, prepared: PreparedLoad) -> None:
+        try:
+            result = self.loads._run(prepared, lambda spark: _files_source(spark, load.paths, prepared), 0, 0)
+        except Exception as exc:  # a bug: the job is cancelled with the reason, never left LOADING
+            log.exception("broker load %s failed", load.label)
+            result = LoadResult(txn_id=prepared.txn_id, label=load.label, status="Fail", message=str(exc))
+        with self._guard:
+            self._running.pop(job_id, None)
+            cancelled = job_id in self._cancelled
+        details = {
+            "ScannedRows": result.number_total_rows,
+            "TaskNumber": 1,
+            "FileNumber": len(load.paths),
+            "LoadBytes": result.load_bytes,
+            "Unfinished backends": {},
+            "All backends": {},
+            "LoadedRows": result.number_loaded_rows,
+            "FilteredRows": result.number_filtered_rows,
+            "UnselectedRows": result.number_unselected_rows,
+        }
+        if result.status == "Success":
+            self.store.update(job_id, state=FINISHED, finished=_now(), details=details, url=result.error_url)
+        else:
+            reason = "type:USER_CANCEL; msg:user cancel" if cancelled else f"type:ETL_RUN_FAIL; msg:{result.message}"
+            self.store.update(
+                job_id, state=CANCELLED, finished=_now(), details=details, url=result.error_url, error_msg=reason
+            )
+
+    # -- start-up -------------------------------------------------------------------------------
+    def recover(self) -> tuple[int, int]:
+        """Jobs that were PENDING or LOADING at the stop: finished if their commit landed, else run again
+        (a new transaction, same label), or cancelled with the reason. Returns (resumed, cancelled)."""
+        resumed = cancelled = 0
+        for job in self.store.unfinished():
+            txn: Txn | None = self.loads.txns.get(job.txn_id) if job.txn_id else None
+            if txn is not None and txn.state == VISIBLE:
+                self.store.update(job.job_id, state=FINISHED, finished=_now())
+                continue
+            try:
+                load = parse_load(job.statement, job.db)
+                prepared = self.loads.prepare(self._request(load).model_copy(update={"table": job.table}))
+            except (SqlError, DorisError, LoadError) as exc:
+                text = getattr(exc, "detail", None) or getattr(exc, "message", None) or str(exc)
+                self.store.update(
+                    job.job_id,
+                    state=CANCELLED,
+                    finished=_now(),
+                    error_msg=f"type:ETL_RUN_FAIL; msg:job interrupted by a server restart and cannot resume: {text}",
+                )
+                cancelled += 1
+                continue
+            self._start(job.job_id, load, prepared)
+            resumed += 1
+        return resumed, cancelled
+
+    # -- CANCEL LOAD ----------------------------------------------------------------------------
+    def cancel(self, text: str, current_db: str | None) -> ExecStatus:
+        """`CANCEL LOAD [FROM db] WHERE LABEL = "x"`.
+
+        Raises:
+            SqlError: no such job, or it has already finished.
+        """
+        cur = Cursor(text)
+        cur.expect("CANCEL", "LOAD")
+        db = cur.name() if cur.accept("FROM") or cur.accept("IN") else current_db
+        cur.expect("WHERE", "LABEL")
+        cur.expect_type(TokenType.EQ, "=")
+        label = cur.string()
+        if not db:
+            raise SqlError("No database selected")
+        jobs = [j for j in self.store.in_database(db, label=label) if j.state in UNFINISHED]
+        if not jobs:
+            raise SqlError(f"Load job does not exist or is already finished: label [{label}]")
+        for job in jobs:
+            with self._guard:
+                prepared = self._running.get(job.job_id)
+                self._cancelled.add(job.job_id)
+            if prepared is None:
+                continue
+            try:
+                self.loads.writer.abort_txn(prepared.txn_id, "user cancel")
+            except TxnStateError:
+                raise SqlError(f"Load job [{label}] is already committing and cannot be cancelled") from None
+            self.loads.spark.sparkContext.cancelJobGroup(f"load_txn_{prepared.txn_id}")
+        return ExecStatus()
+
+    # -- SHOW LOAD / SHOW TRANSACTION -------------------------------------------------------------
+    def show_load(self, cur: Cursor, current_db: str | None) -> ResultSet:
+        """`SHOW LOAD [FROM db] [WHERE LABEL = "x"]` (after `SHOW LOAD` was consumed)."""
+        db = cur.name() if cur.accept("FROM") or cur.accept("IN") else current_db
+        label = None
+        if cur.accept("WHERE", "LABEL"):
+            cur.expect_type(TokenType.EQ, "=")
+            label = cur.string()
+        if not db:
+            raise SqlError("No database selected")
+        self.loads.catalog.require_database(db)
+        rows = [_show_row(job) for job in self.store.in_database(db, label=label)]
+        return ResultSet(columns=[(c, "VARCHAR") for c in SHOW_LOAD_COLUMNS], rows=rows)
+
+    def show_transaction(self, cur: Cursor, current_db: str | None) -> ResultSet:
+        """`SHOW TRANSACTION [FROM db] WHERE LABEL [= | LIKE] "x" | ID = n` (after `SHOW TRANSACTION`)."""
+        db = cur.name() if cur.accept("FROM") or cur.accept("IN") else current_db
+        if not db:
+            raise SqlError("No database selected")
+        self.loads.catalog.require_database(db)
+        cur.expect("WHERE")
+        txns = self.loads.txns.in_database(db)
+        if cur.accept("LABEL"):
+            if cur.accept("LIKE"):
+                txns = self.loads.txns.in_database(db, label_like=cur.string())
+            else:
+                cur.expect_type(TokenType.EQ, "=")
+                wanted = cur.string()
+                txns = [t for t in txns if t.label == wanted]
+        elif cur.accept("ID"):
+            cur.expect_type(TokenType.EQ, "=")
+            wanted_id = int(cur.string())
+            txns = [t for t in txns if t.txn_id == wanted_id]
+        else:
+            raise cur.error("LABEL or ID")
+        rows = [
+            [
+                t.txn_id,
+                t.label,
+                "BE: 127.0.0.1",
+                t.state,
+                "BACKEND_STREAMING",
+                _time(t.created),
+                _time(t.precommitted),
+                _time(t.finished if t.state == VISIBLE else None),
+                _time(t.finished if t.state == VISIBLE else None),
+                _time(t.finished),
+                t.reason or "",
+                0,
+                -1,
+                259200000,
+                "",
+            ]
+            for t in txns
+        ]
+        return ResultSet(columns=[(c, "VARCHAR") for c in SHOW_TRANSACTION_COLUMNS], rows=rows)
+
+
+SHOW_LOAD_COLUMNS = (
+    "JobId", "Label", "State", "Progress", "Type", "EtlInfo", "TaskInfo", "ErrorMsg", "CreateTime",
+    "EtlStartTime", "EtlFinishTime", "LoadStartTime", "LoadFinishTime", "URL", "JobDetails",
+    "TransactionId", "ErrorTablets", "User", "Comment",
+)  # fmt: skip
+SHOW_TRANSACTION_COLUMNS = (
+    "TransactionId", "Label", "Coordinator", "TransactionStatus", "LoadJobSourceType", "PrepareTime",
+    "PreCommitTime", "CommitTime", "PublishTime", "FinishTime", "Reason", "ErrorReplicasCount", "ListenerId",
+    "TimeoutMs", "ErrMsg",
+)  # fmt: skip
+
+
+def _show_row(job: LoadJob) -> list[object]:
+    import json
+
+    d = job.details
+    progress = "100.00% (1/1)" if job.state == FINISHED else "0.00% (0/1)"
+    etl = (
+        f"unselected.rows={d.get('UnselectedRows', 0)}; dpp.abnorm.ALL={d.get('FilteredRows', 0)}; "
+        f"dpp.norm.ALL={d.get('LoadedRows', 0)}"
+        if job.state == FINISHED
+        else "NULL"
+    )
+    return [
+        job.job_id,
+        job.label,
+        job.state,
+        progress,
+        "BROKER",
+        etl,
+        job.task_info,
+        job.error_msg or "NULL",
+        _time(job.created),
+        _time(job.load_started),
+        _time(job.load_started),
+        _time(job.load_started),
+        _time(job.finished),
+        job.url or "NULL",
+        json.dumps(d),
+        job.txn_id if job.txn_id is not None else -1,
+        "{}",
+        "root",
+        "",
+    ]
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def _files_source(spark: SparkSession, paths: list[str], prepared: PreparedLoad) -> DataFrame:
+    """The files of a broker load, in order: a later file's row wins a tie over an earlier file's."""
+    readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
+    read = readers.get(prepared.request.format, csv_source)
+    frame: DataFrame | None = None
+    for index, path in enumerate(paths):
+        part = read(spark, path, prepared.plan)  # type: ignore[arg-type]  # a URI or glob, not only a local path
+        part = part.selectExpr(f"({index} << {FILE_SHIFT}) + {POS} AS {POS}", *[c for c in part.columns if c != POS])
+        frame = part if frame is None else frame.unionByName(part)
+    assert frame is not None
+    return frame

@@ -1,0 +1,70 @@
+"""One SIGKILL, three promises kept: a precommitted two-phase load outlives the kill and is committed (or
+aborted) after the restart, async group-commit loads acknowledged before the kill are replayed from the
+write-ahead directory, and a broker load caught mid-job is resumed, never half-applied. One kill/restart
+cycle serves all three (a JVM start is the expensive part)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import AUTH, assert_doris_result
+from tests.server_process import ServerProcess
+from tests.test_group_commit import DDL as GROUP_DDL
+from tests.test_group_commit import assert_group_reply
+from tests.test_two_phase_commit import DDL as TWO_PHASE_DDL
+from tests.test_two_phase_commit import load_state, operate, precommit
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path / "data", tmp_path / "server.log")
+    yield proc
+    proc.kill()
+
+
+def test_precommitted_async_and_broker_loads_survive_sigkill(server: ServerProcess, tmp_path: Path) -> None:
+    # a long group interval: the async group is still collecting when the server dies; the broker load
+    # into `b` stops at its job
+    server.start(SL_GROUP_COMMIT_INTERVAL_MS="60000", SL_PAUSE_AT="job:b")
+    server.sql("x", "CREATE DATABASE d")
+    server.sql("d", TWO_PHASE_DDL)
+    server.sql("d", GROUP_DDL.format(name="g", mode="async_mode"))
+    with httpx.Client(base_url=server.base_url, auth=AUTH, timeout=60) as http:
+        keep = assert_doris_result(precommit(http, "d", "keep", "1,kept\n2,kept\n"))["TxnId"]
+        assert_doris_result(precommit(http, "d", "drop", "3,dropped\n"))
+    for i in range(5):
+        body = server.load("d", "g", f"{i},acked{i}\n".encode(), label=f"async_{i}")
+        assert_group_reply(body, mode="async_mode", loaded=1)
+    server.sql("d", "CREATE TABLE b (k INT NOT NULL, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    (tmp_path / "b.csv").write_text("1,10\n2,20\n")
+    server.sql(
+        "d", f'LOAD LABEL d.resume_me (DATA INFILE("{tmp_path}/b.csv") INTO TABLE b COLUMNS TERMINATED BY "," (k, v))'
+    )
+    server.wait_for_log(["paused at job"])
+    # the stuck load holds only its own table: a load into another table still commits
+    assert_doris_result(server.load("d", "t", b"9,plain\n", label="other_table"))
+    server.kill()
+
+    server.start()
+    with httpx.Client(base_url=server.base_url, auth=AUTH, timeout=60) as http:
+        assert load_state(http, "d", "keep") == "PRECOMMITTED"
+        assert server.sql("d", "SELECT k FROM t")["data"] == [[9]]  # only the plain load is visible
+        assert operate(http, "d", "commit", txn_id=keep)["status"] == "Success"
+        assert operate(http, "d", "abort", label="drop")["status"] == "Success"
+        assert server.sql("d", "SELECT k, v FROM t ORDER BY k")["data"] == [[1, "kept"], [2, "kept"], [9, "plain"]]
+        assert load_state(http, "d", "drop") == "ABORTED"
+    deadline = time.monotonic() + 60
+    while server.sql("d", "SELECT count(*) FROM g")["data"] != [[5]]:
+        assert time.monotonic() < deadline, "acknowledged async loads were lost"
+        time.sleep(0.3)
+    assert server.sql("d", "SELECT k, v FROM g ORDER BY k")["data"] == [[i, f"acked{i}"] for i in range(5)]
+    assert server.label_state("d", "async_4") == "VISIBLE"
+    while (job := server.sql("d", 'SHOW LOAD WHERE LABEL = "resume_me"')["data"][0])[2] != "FINISHED":
+        assert time.monotonic() < deadline and job[2] == "LOADING", job
+        time.sleep(0.3)
+    assert server.sql("d", "SELECT k, v FROM b ORDER BY k")["data"] == [[1, 10], [2, 20]]
