@@ -39,6 +39,9 @@ class Settings(BaseSettings):
         "`be_port` (without reading the body), as a Doris FE does; both ports serve every other route.",
     )
     be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
+    routine_load_min_batch_rows: int = Field(
+        200000, description="Smallest `max_batch_rows` a routine load may ask for (Doris: 200000)."
+    )
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
