@@ -251,10 +251,12 @@ class RoutineLoadManager:
                         self.store.save(job)
                 runtime.task = TaskInfo(task_id=_task_id(), create_time=time.time(), offsets=dict(source.start))
                 batch = source.read(runtime.stop)
-                self._update_lag(runtime, source, job)
                 if not batch.values:
+                    self._update_lag(runtime, source, job)
                     continue
-                if self._load_batch(job_id, runtime, batch):
+                loaded = self._load_batch(job_id, runtime, batch)
+                self._update_lag(runtime, source, self._jobs[job_id])
+                if loaded:
                     aborts = 0
                 else:
                     aborts += 1
