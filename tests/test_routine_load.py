@@ -100,7 +100,7 @@ def test_csv_messages_with_deletes_and_shuffled_sequences_match_the_model(
             COLUMNS(k, v, src_seq, op),
             DELETE ON op = 1,
             ORDER BY src_seq
-            PROPERTIES ("max_batch_rows" = "20", "desired_concurrent_number" = "1")
+            PROPERTIES ("max_batch_rows" = "40", "desired_concurrent_number" = "1")
             FROM KAFKA ("kafka_broker_list" = "{kafka.bootstrap}", "kafka_topic" = "{name}",
                         "property.kafka_default_offsets" = "OFFSET_BEGINNING")""",
     )
@@ -117,7 +117,7 @@ def test_csv_messages_with_deletes_and_shuffled_sequences_match_the_model(
     row = show(doris, db, "csv_job")
     stat = json.loads(row["Statistic"])
     assert (row["State"], row["DataSourceType"], row["TableName"]) == ("RUNNING", "KAFKA", "t")
-    assert (stat["loadedRows"], stat["errorRows"], stat["committedTaskNum"]) == (120, 0, 6)
+    assert (stat["loadedRows"], stat["errorRows"], stat["committedTaskNum"]) == (120, 0, 3)
     assert json.loads(row["Progress"]) == {"0": "29", "1": "29", "2": "29", "3": "29"}  # last offset consumed
     assert json.loads(row["Lag"]) == {"0": 0, "1": 0, "2": 0, "3": 0}
     props = json.loads(row["JobProperties"])
@@ -149,7 +149,7 @@ def test_json_messages_honour_per_partition_offsets(doris: DorisClient, db: str,
     doris.sql(
         db,
         f"""CREATE ROUTINE LOAD json_job ON j WITH MERGE COLUMNS(k, v, s, op), DELETE ON op = "d"
-            PROPERTIES ("format" = "json", "jsonpaths" = '["$.k", "$.v", "$.s", "$.op"]', "max_batch_rows" = "5")
+            PROPERTIES ("format" = "json", "jsonpaths" = '["$.k", "$.v", "$.s", "$.op"]', "max_batch_rows" = "10")
             FROM KAFKA ("kafka_broker_list" = "{kafka.bootstrap}", "kafka_topic" = "{name}",
                         "kafka_partitions" = "0,1", "kafka_offsets" = "5,OFFSET_BEGINNING")""",
     )
