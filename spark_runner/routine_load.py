@@ -274,12 +274,13 @@ class RoutineLoadManager:
                 current = self._jobs[job_id]
                 if not current.state.is_final and current.state is not JobState.PAUSED:
                     self._set_state(current, JobState.PAUSED, error_reason(TASKS_ABORT_ERR, str(exc)))
-        except Exception:  # a job thread must never die silently: pause the job with the cause
+        except Exception as exc:  # a job thread must never die silently: pause the job with the cause
             log.exception("routine load job %s failed", job_id)
             with self._lock:
                 current = self._jobs[job_id]
                 if not current.state.is_final and current.state is not JobState.PAUSED:
-                    self._set_state(current, JobState.PAUSED, error_reason(TASKS_ABORT_ERR, "internal error"))
+                    reason = error_reason(TASKS_ABORT_ERR, f"{type(exc).__name__}: {exc}")
+                    self._set_state(current, JobState.PAUSED, reason)
         finally:
             runtime.task = None
             if source is not None:
