@@ -28,6 +28,7 @@ log = logging.getLogger("app")
 def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
     from spark_runner.group_commit import GroupCommitter
+    from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
     from sql.broker_load import BrokerLoads
@@ -35,6 +36,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
+    from tables.routine_load import RoutineLoadStore
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
 
@@ -51,7 +53,22 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     shutil.rmtree(data_dir / "staging", ignore_errors=True)
     writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
-    executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
+    routine_loads = RoutineLoadManager(
+        loads=loads,
+        store=RoutineLoadStore(data_dir / "transactions.db"),
+        txns=txns,
+        staging_dir=data_dir / "staging",
+        min_batch_rows=settings.routine_load_min_batch_rows,
+    )
+    routine_loads.start()  # after recover_prepared: batches a crash left undecided are resolved first
+    executor = SqlExecutor(
+        spark=spark,
+        catalog=catalog,
+        loads=loads,
+        writer=writer,
+        row_limit=settings.sql_row_limit,
+        routine_loads=routine_loads,
+    )
     two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
     two_phase.recover_committed()
     services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
@@ -118,6 +135,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             task.cancel()
             mysql.close()
             timeouts.cancel()
+            if services.sql.routine_loads is not None:
+                await run_in_threadpool(services.sql.routine_loads.close)
             services.txns.close()
 
     app = FastAPI(

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
         100.0, description="Group commit: how long a group collects loads after its first one arrives."
     )
     group_commit_max_loads: int = Field(128, description="Group commit: most loads in one group (one job, one commit).")
+    routine_load_min_batch_rows: int = Field(
+        200000, description="Smallest `max_batch_rows` a routine load may ask for (Doris: 200000)."
+    )
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )

@@ -14,6 +14,7 @@ from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
 from spark_runner.queries import collect_result
+from spark_runner.routine_load import RoutineLoadManager
 from spark_runner.service import LoadService
 from sql.alter import parse_alter, plan_alter
 from sql.broker_load import BrokerLoads
@@ -22,6 +23,8 @@ from sql.delete import delete_predicate
 from sql.errors import SqlError
 from sql.insert import insert_request, insert_target, values_rows
 from sql.results import ExecStatus, ResultSet, StatementResult
+from sql.routine_load import is_routine_load
+from sql.routine_load_commands import run_routine_load_statement
 from sql.select import drop_views, parse_query, run_query
 from sql.session import Session
 from sql.show_create import show_create_table
@@ -56,8 +59,16 @@ class SqlExecutor:
     """One executor per server; a `Session` carries the per-request (or per-connection) state."""
 
     def __init__(
-        self, *, spark: SparkSession, catalog: Catalog, loads: LoadService, writer: TableWriter, row_limit: int = 1000
+        self,
+        *,
+        spark: SparkSession,
+        catalog: Catalog,
+        loads: LoadService,
+        writer: TableWriter,
+        row_limit: int = 1000,
+        routine_loads: RoutineLoadManager | None = None,
     ) -> None:
+        self.routine_loads = routine_loads
         self.spark = spark
         self.catalog = catalog
         self.loads = loads
@@ -105,6 +116,8 @@ class SqlExecutor:
     def _dispatch(self, text: str, session: Session, limit: int | None) -> StatementResult:
         cur = Cursor(text)
         first, second = cur.word(), cur.word(1)
+        if is_routine_load(cur):
+            return run_routine_load_statement(text, session.db, manager=self.routine_loads, catalog=self.catalog)
         if first == "CREATE" and second in ("DATABASE", "SCHEMA"):
             cur.i = 2
             if_not_exists = cur.accept("IF", "NOT", "EXISTS")

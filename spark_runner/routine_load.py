@@ -1,0 +1,372 @@
+"""Routine load jobs at run time: one consumer thread per running job, each batch one load.
+
+    job thread:  read a batch (rows / bytes / interval) → stage it as a stream-load body
+                 → prepare (PREPARE txn) → record the batch's end offsets under that txn
+                 → run it through LoadService (same pipeline and merge as stream load) → VISIBLE
+                 → fold offsets and counts into the job → Doris's error-window check (may pause)
+
+A batch's rows that fail to parse or convert are filtered, not fatal (the batch runs with
+max_filter_ratio 1); the job-level `max_error_number` / `max_filter_ratio` window decides whether the job
+pauses, as Doris's `RoutineLoadJob.updateNumOfData` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loaders.errors import LoadError
+from loaders.headers import parse_load_request
+from spark_runner.kafka_source import Batch, KafkaBatches, KafkaSourceError, stage_batch
+from spark_runner.service import LoadService
+from tables.errors import DorisError, TableNotFound
+from tables.routine_load import (
+    MANUAL_PAUSE_ERR,
+    TABLE_ERR,
+    TASKS_ABORT_ERR,
+    TOO_MANY_ERRORS,
+    TOO_MANY_FAILURE_ROWS_ERR,
+    BatchCounts,
+    JobNotFound,
+    JobState,
+    RoutineLoadJob,
+    RoutineLoadSpec,
+    RoutineLoadStore,
+    add_batch,
+    error_reason,
+)
+from tables.transactions import VISIBLE, TransactionStore
+
+log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_ABORTS = 3
+
+
+@dataclass
+class TaskInfo:
+    """The job's current task, as SHOW ROUTINE LOAD TASK prints it."""
+
+    task_id: str
+    create_time: float
+    offsets: dict[int, int]
+    txn_id: int = -1
+    txn_status: str = "NULL"
+    execute_start: float | None = None
+
+
+@dataclass
+class _Runtime:
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    task: TaskInfo | None = None
+    lag: dict[int, int] = field(default_factory=dict)
+
+
+class RoutineLoadManager:
+    """Owns the jobs: persists every change, runs the active ones, resumes them after a restart."""
+
+    def __init__(
+        self,
+        *,
+        loads: LoadService,
+        store: RoutineLoadStore,
+        txns: TransactionStore,
+        staging_dir: Path,
+        min_batch_rows: int = 200000,
+    ) -> None:
+        self.loads = loads
+        self.store = store
+        self.txns = txns
+        self.staging_dir = staging_dir
+        self.min_batch_rows = min_batch_rows
+        self._lock = threading.RLock()
+        self._jobs: dict[int, RoutineLoadJob] = {}
+        self._runtime: dict[int, _Runtime] = {}
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the jobs, fold in batches that became visible before a crash, run the active ones."""
+        for job in self.store.all():
+            self._fold_committed(job)
+            self._jobs[job.id] = job
+            if not job.state.is_final and job.state is not JobState.PAUSED:
+                self._launch(job.id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            runtimes = list(self._runtime.values())
+        for runtime in runtimes:
+            runtime.stop.set()
+        for runtime in runtimes:
+            if runtime.thread is not None:
+                runtime.thread.join(timeout=30)
+        self.store.close()
+
+    def _fold_committed(self, job: RoutineLoadJob) -> None:
+        for txn_id, progress, counts in self.store.batches_after(job.id, job.last_txn):
+            txn = self.txns.get(txn_id)
+            if txn is None or txn.state != VISIBLE:
+                continue
+            self._apply_batch(job, txn_id, progress, counts)
+        self.store.save(job)
+
+    # -- statements -----------------------------------------------------------------------
+    def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
+        """Raises: AlreadyExists (name used by a job that is not final)."""
+        job = self.store.create(spec)
+        with self._lock:
+            self._jobs[job.id] = job
+            self._launch(job.id)
+        return job
+
+    def find(self, db: str, name: str) -> RoutineLoadJob:
+        """The newest job of that name.
+
+        Raises:
+            JobNotFound.
+        """
+        with self._lock:
+            found = [j for j in self._jobs.values() if j.spec.db == db and j.spec.name == name]
+        if not found:
+            raise JobNotFound(name)
+        return max(found, key=lambda j: j.id).model_copy(deep=True)
+
+    def jobs(self, db: str) -> list[RoutineLoadJob]:
+        with self._lock:
+            return [j.model_copy(deep=True) for j in self._jobs.values() if j.spec.db == db]
+
+    def runtime(self, job_id: int) -> tuple[TaskInfo | None, dict[int, int]]:
+        """The job's current task and its partitions' lag."""
+        with self._lock:
+            runtime = self._runtime.get(job_id)
+            if runtime is None:
+                return None, {}
+            return runtime.task, dict(runtime.lag)
+
+    def pause(self, db: str, name: str | None, user: str = "root") -> None:
+        """Raises: JobNotFound; DorisError when the job cannot be paused."""
+        for job in self._targets(db, name):
+            with self._lock:
+                current = self._jobs[job.id]
+                if current.state in (JobState.PAUSED, JobState.STOPPED, JobState.CANCELLED):
+                    if name is None:
+                        continue
+                    raise DorisError(f"Could not transform {current.state.value} to PAUSED")
+                self._set_state(
+                    current, JobState.PAUSED, error_reason(MANUAL_PAUSE_ERR, f"User {user} pauses routine load job")
+                )
+
+    def resume(self, db: str, name: str | None) -> None:
+        """Raises: JobNotFound; DorisError when the job is final."""
+        for job in self._targets(db, name):
+            with self._lock:
+                current = self._jobs[job.id]
+                if current.state.is_final:
+                    if name is None:
+                        continue
+                    raise DorisError(f"Could not transform {current.state.value} to NEED_SCHEDULE")
+                if current.state is not JobState.PAUSED:
+                    continue
+                current.statistic.current_error_rows = current.statistic.current_total_rows = 0
+                self._set_state(current, JobState.NEED_SCHEDULE, "")
+                self._launch(current.id)
+
+    def stop(self, db: str, name: str) -> None:
+        """Raises: JobNotFound; DorisError when the job is already final."""
+        job = self.find(db, name)
+        with self._lock:
+            current = self._jobs[job.id]
+            if current.state.is_final:
+                raise DorisError(f"Could not transform {current.state.value} to STOPPED")
+            self._set_state(current, JobState.STOPPED, "")
+
+    def _targets(self, db: str, name: str | None) -> list[RoutineLoadJob]:
+        if name is not None:
+            return [self.find(db, name)]
+        return [j for j in self.jobs(db) if not j.state.is_final]
+
+    def _set_state(self, job: RoutineLoadJob, state: JobState, reason: str) -> None:
+        """Change state under the lock and persist; a job leaving RUNNING stops its thread after its batch."""
+        job.state = state
+        if state is JobState.PAUSED:
+            job.pause_time = time.time()
+            job.reason = reason
+        elif state is JobState.NEED_SCHEDULE:
+            job.pause_time = None
+            job.reason = ""
+        elif state.is_final:
+            job.end_time = time.time()
+            job.reason = reason
+        self.store.save(job)
+        if state in (JobState.PAUSED, JobState.STOPPED, JobState.CANCELLED):
+            runtime = self._runtime.get(job.id)
+            if runtime is not None:
+                runtime.stop.set()
+                runtime.task = None
+
+    # -- running ----------------------------------------------------------------------------
+    def _launch(self, job_id: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            old = self._runtime.get(job_id)
+            if old is not None and old.thread is not None and old.thread.is_alive():
+                old.stop.set()
+            runtime = _Runtime()
+            previous = old.thread if old is not None else None
+            runtime.thread = threading.Thread(
+                target=self._run, args=(job_id, runtime, previous), name=f"routine-load-{job_id}", daemon=True
+            )
+            self._runtime[job_id] = runtime
+            runtime.thread.start()
+
+    def _active(self, job_id: int, runtime: _Runtime) -> RoutineLoadJob | None:
+        with self._lock:
+            job = self._jobs[job_id]
+            if runtime.stop.is_set() or job.state not in (JobState.NEED_SCHEDULE, JobState.RUNNING):
+                return None
+            return job
+
+    def _run(self, job_id: int, runtime: _Runtime, previous: threading.Thread | None) -> None:
+        if previous is not None:
+            previous.join()  # a resumed job waits for its old thread's last batch
+        source: KafkaBatches | None = None
+        aborts = 0
+        try:
+            while (job := self._active(job_id, runtime)) is not None:
+                if source is None:
+                    source = KafkaBatches(job.spec, job.progress)
+                    with self._lock:
+                        if runtime.stop.is_set():
+                            break
+                        job.progress = {**source.start, **job.progress}
+                        if job.state is JobState.NEED_SCHEDULE:
+                            job.state = JobState.RUNNING
+                        self.store.save(job)
+                runtime.task = TaskInfo(task_id=_task_id(), create_time=time.time(), offsets=dict(source.start))
+                batch = source.read(runtime.stop)
+                if not batch.values:
+                    self._update_lag(runtime, source, job)
+                    continue
+                loaded = self._load_batch(job_id, runtime, batch)
+                self._update_lag(runtime, source, self._jobs[job_id])
+                if loaded:
+                    aborts = 0
+                else:
+                    aborts += 1
+                    source.rewind(self._jobs[job_id].progress)
+                    if aborts >= MAX_CONSECUTIVE_ABORTS:
+                        with self._lock:
+                            current = self._jobs[job_id]
+                            if current.state is JobState.RUNNING:
+                                reason = error_reason(TASKS_ABORT_ERR, f"task aborted: {current.other_msg}")
+                                self._set_state(current, JobState.PAUSED, reason)
+                    else:
+                        runtime.stop.wait(1.0)
+        except KafkaSourceError as exc:
+            with self._lock:
+                current = self._jobs[job_id]
+                if not current.state.is_final and current.state is not JobState.PAUSED:
+                    self._set_state(current, JobState.PAUSED, error_reason(TASKS_ABORT_ERR, str(exc)))
+        except Exception as exc:  # a job thread must never die silently: pause the job with the cause
+            log.exception("routine load job %s failed", job_id)
+            with self._lock:
+                current = self._jobs[job_id]
+                if not current.state.is_final and current.state is not JobState.PAUSED:
+                    reason = error_reason(TASKS_ABORT_ERR, f"{type(exc).__name__}: {exc}")
+                    self._set_state(current, JobState.PAUSED, reason)
+        finally:
+            runtime.task = None
+            if source is not None:
+                source.close()
+
+    def _update_lag(self, runtime: _Runtime, source: KafkaBatches, job: RoutineLoadJob) -> None:
+        lag = {}
+        for partition in source.partitions:
+            try:
+                _, high = source.watermarks(partition)
+            except KafkaSourceError:
+                continue
+            lag[partition] = high - job.progress.get(partition, high)
+        runtime.lag = lag
+
+    def _load_batch(self, job_id: int, runtime: _Runtime, batch: Batch) -> bool:
+        """Load one batch; True when it committed. Its offsets commit with its transaction."""
+        job = self._jobs[job_id]
+        spec = job.spec
+        task = runtime.task
+        assert task is not None
+        label = f"{spec.name}-{task.task_id}"
+        path = self.staging_dir / f"routine_load_{job_id}_{task.task_id}"
+        try:
+            size = stage_batch(
+                batch,
+                path,
+                fmt=spec.headers.get("format", "csv"),
+                strip_outer_array=spec.headers.get("strip_outer_array") == "true",
+            )
+            headers = {k: v for k, v in spec.headers.items() if k != "strip_outer_array"}
+            try:
+                request = parse_load_request(spec.db, spec.table, {**headers, "label": label})
+                prepared = self.loads.prepare(request)
+            except TableNotFound as exc:
+                with self._lock:
+                    self._set_state(self._jobs[job_id], JobState.CANCELLED, error_reason(TABLE_ERR, exc.message))
+                return True
+            except (LoadError, DorisError) as exc:
+                return self._aborted(job_id, exc.text if isinstance(exc, LoadError) else exc.message)
+            progress = {**job.progress, **batch.next_offsets}
+            self.store.record_batch(prepared.txn_id, job_id, progress, BatchCounts(received_bytes=batch.size))
+            task.txn_id, task.txn_status, task.execute_start = prepared.txn_id, "PREPARE", time.time()
+            result = self.loads.run_csv(prepared, path, load_bytes=size)
+        finally:
+            self.loads.cleanup_staged(path)
+        if result.status != "Success":
+            task.txn_status = "ABORTED"
+            return self._aborted(job_id, result.message)
+        task.txn_status = "VISIBLE"
+        counts = BatchCounts(
+            total=result.number_total_rows,
+            filtered=result.number_filtered_rows,
+            unselected=result.number_unselected_rows,
+            received_bytes=batch.size,
+            error_url=result.error_url,
+        )
+        self.store.update_batch_counts(prepared.txn_id, counts)
+        with self._lock:
+            current = self._jobs[job_id]
+            self._apply_batch(current, prepared.txn_id, progress, counts)
+            self.store.save(current)
+        return True
+
+    def _apply_batch(self, job: RoutineLoadJob, txn_id: int, progress: dict[int, int], counts: BatchCounts) -> None:
+        """Fold a visible batch into the job (under the lock, or before the job runs)."""
+        job.progress = dict(progress)
+        job.last_txn = txn_id
+        job.statistic, over = add_batch(job.statistic, counts, job.spec)
+        job.statistic.task_execute_time_ms = int((time.time() - job.create_time) * 1000)
+        if counts.error_url:
+            job.error_log_urls = (job.error_log_urls + [counts.error_url])[-3:]
+        if over and job.state in (JobState.RUNNING, JobState.NEED_SCHEDULE):
+            self._set_state(job, JobState.PAUSED, error_reason(TOO_MANY_FAILURE_ROWS_ERR, TOO_MANY_ERRORS))
+
+    def _aborted(self, job_id: int, message: str) -> bool:
+        with self._lock:
+            job = self._jobs[job_id]
+            job.statistic.aborted_task_num += 1
+            job.other_msg = message
+            self.store.save(job)
+        log.warning("routine load job %s: batch aborted: %s", job_id, message)
+        return False
+
+
+def _task_id() -> str:
+    """A task id printed as Doris prints a TUniqueId: two 16-digit hex halves."""
+    hexed = uuid.uuid4().hex
+    return f"{hexed[:16]}-{hexed[16:]}"

@@ -1,0 +1,274 @@
+"""Routine load jobs: their definition, state and statistics, kept in SQLite beside the transactions.
+
+A job's committed Kafka offsets are never stored on their own. Each batch writes its offsets (and row
+counts) keyed by its transaction id *before* its load runs; they take effect exactly when that transaction
+is VISIBLE, which the Iceberg snapshot decides atomically (a crash in between is resolved by
+`recover_prepared` from the snapshot summary). So committed data and committed offsets cannot diverge:
+a restart folds in the batches that became visible and resumes after them, exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tables.errors import AlreadyExists, DorisError
+
+
+class JobState(StrEnum):
+    NEED_SCHEDULE = "NEED_SCHEDULE"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    STOPPED = "STOPPED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobState.STOPPED, JobState.CANCELLED)
+
+
+# Doris's InternalErrorCode values shown in ReasonOfStateChanged
+MANUAL_PAUSE_ERR = 100
+MANUAL_STOP_ERR = 101
+TOO_MANY_FAILURE_ROWS_ERR = 102
+TASKS_ABORT_ERR = 104
+TABLE_ERR = 6
+
+# Kafka start positions before a partition has a committed offset (Doris's KafkaProgress values)
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+
+
+def error_reason(code: int, msg: str) -> str:
+    """Doris's `ErrorReason.toString()`."""
+    return f"ErrorReason{{code=errCode = {code}, msg='{msg}'}}"
+
+
+TOO_MANY_ERRORS = "current error rows is more than max_error_number or the max_filter_ratio is more than the value set"
+
+
+class RoutineLoadSpec(BaseModel):
+    """What CREATE ROUTINE LOAD asked for, validated; `headers` is the same load as stream-load headers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    db: str
+    table: str
+    merge_type: str = "APPEND"
+    headers: dict[str, str] = Field(default_factory=dict)
+    job_properties: dict[str, str] = Field(default_factory=dict)  # JobProperties as SHOW prints them
+    desired_concurrent_number: int = 256
+    max_error_number: int = 0
+    max_filter_ratio: float = 1.0
+    max_batch_interval_s: int = 60
+    max_batch_rows: int = 20000000
+    max_batch_size: int = 1024 * 1024 * 1024
+    broker_list: str
+    topic: str
+    partitions: tuple[int, ...] = ()  # empty: every partition of the topic
+    start_offsets: tuple[int, ...] = ()  # per listed partition: an offset, OFFSET_BEGINNING or OFFSET_END
+    default_offset: int = OFFSET_END
+    custom_properties: dict[str, str] = Field(default_factory=dict)  # `property.x` without the prefix
+    comment: str = ""
+
+
+class JobStatistic(BaseModel):
+    """Doris's RoutineLoadStatistic (cumulative counts plus the error-check window)."""
+
+    total_rows: int = 0
+    error_rows: int = 0
+    unselected_rows: int = 0
+    received_bytes: int = 0
+    committed_task_num: int = 0
+    aborted_task_num: int = 0
+    current_total_rows: int = 0
+    current_error_rows: int = 0
+    error_rows_after_resumed: int = 0
+    task_execute_time_ms: int = 0
+
+    def summary(self, running_txns: list[int], elapsed_ms: int) -> dict[str, object]:
+        """The `Statistic` column, with Doris's key names and rates."""
+        elapsed = max(elapsed_ms, 1)
+        loaded = self.total_rows - self.error_rows - self.unselected_rows
+        return {
+            "receivedBytes": self.received_bytes,
+            "runningTxns": running_txns,
+            "errorRows": self.error_rows,
+            "committedTaskNum": self.committed_task_num,
+            "loadedRows": loaded,
+            "loadRowsRate": loaded * 1000 // elapsed,
+            "abortedTaskNum": self.aborted_task_num,
+            "errorRowsAfterResumed": self.error_rows_after_resumed,
+            "totalRows": self.total_rows,
+            "unselectedRows": self.unselected_rows,
+            "receivedBytesRate": self.received_bytes * 1000 // elapsed,
+            "taskExecuteTimeMs": elapsed,
+        }
+
+
+class BatchCounts(BaseModel):
+    """What one committed batch adds to its job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    filtered: int = 0
+    unselected: int = 0
+    received_bytes: int = 0
+    error_url: str | None = None
+
+
+def add_batch(stat: JobStatistic, batch: BatchCounts, spec: RoutineLoadSpec) -> tuple[JobStatistic, bool]:
+    """Fold a committed batch into the statistic; True when the job must pause for too many errors.
+
+    Doris's `RoutineLoadJob.updateNumOfData`: errors are judged over a window of `max_batch_rows * 10`
+    rows; past the window the check uses the whole window and the window restarts, inside it the job
+    pauses as soon as the errors pass `max_error_number` or the error ratio passes `max_filter_ratio`.
+    """
+    s = stat.model_copy()
+    s.total_rows += batch.total
+    s.error_rows += batch.filtered
+    s.unselected_rows += batch.unselected
+    s.received_bytes += batch.received_bytes
+    s.committed_task_num += 1
+    s.current_error_rows += batch.filtered
+    s.current_total_rows += batch.total
+    s.error_rows_after_resumed = s.current_error_rows
+    over = s.current_error_rows > spec.max_error_number or (
+        s.current_total_rows > 0 and s.current_error_rows / s.current_total_rows > spec.max_filter_ratio
+    )
+    if s.current_total_rows > spec.max_batch_rows * 10:
+        s.current_error_rows = s.current_total_rows = 0
+        return s, over
+    if over:
+        s.current_error_rows = s.current_total_rows = 0
+    return s, over
+
+
+class RoutineLoadJob(BaseModel):
+    """A job's persisted state."""
+
+    id: int
+    spec: RoutineLoadSpec
+    state: JobState = JobState.NEED_SCHEDULE
+    create_time: float = Field(default_factory=time.time)
+    pause_time: float | None = None
+    end_time: float | None = None
+    reason: str = ""
+    other_msg: str = ""
+    statistic: JobStatistic = Field(default_factory=JobStatistic)
+    progress: dict[int, int] = Field(default_factory=dict)  # partition → next offset to consume
+    error_log_urls: list[str] = Field(default_factory=list)  # the latest three
+    last_txn: int = 0  # the newest batch transaction folded into progress and statistic
+    user: str = "root"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS routine_load_jobs (
+    job_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    db TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS routine_load_txns (
+    txn_id INTEGER PRIMARY KEY,
+    job_id INTEGER NOT NULL,
+    progress TEXT NOT NULL,
+    counts TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS routine_load_txns_job ON routine_load_txns (job_id, txn_id);
+"""
+
+
+class RoutineLoadStore:
+    """Jobs and per-batch offsets in SQLite (the transaction table's file); one connection under a lock."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
+        """Register a job in NEED_SCHEDULE.
+
+        Raises:
+            AlreadyExists: a job of that name in that database is not STOPPED or CANCELLED.
+        """
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for (body,) in self._conn.execute(
+                    "SELECT body FROM routine_load_jobs WHERE db = ? AND name = ?", (spec.db, spec.name)
+                ):
+                    if not RoutineLoadJob.model_validate_json(body).state.is_final:
+                        raise AlreadyExists(f"Name {spec.name} already used in db {spec.db}")
+                cur = self._conn.execute(
+                    "INSERT INTO routine_load_jobs (db, name, body) VALUES (?, ?, '')", (spec.db, spec.name)
+                )
+                assert cur.lastrowid is not None
+                job = RoutineLoadJob(id=cur.lastrowid, spec=spec)
+                self._conn.execute(
+                    "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job.id)
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return job
+
+    def save(self, job: RoutineLoadJob) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job.id)
+            )
+
+    def all(self) -> list[RoutineLoadJob]:
+        with self._lock:
+            rows = self._conn.execute("SELECT body FROM routine_load_jobs ORDER BY job_id").fetchall()
+        return [RoutineLoadJob.model_validate_json(body) for (body,) in rows]
+
+    def record_batch(self, txn_id: int, job_id: int, progress: dict[int, int], counts: BatchCounts) -> None:
+        """The offsets and counts a batch commits, keyed by its (PREPARE) transaction."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO routine_load_txns (txn_id, job_id, progress, counts) VALUES (?, ?, ?, ?)",
+                (txn_id, job_id, json.dumps(progress), counts.model_dump_json()),
+            )
+
+    def update_batch_counts(self, txn_id: int, counts: BatchCounts) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE routine_load_txns SET counts = ? WHERE txn_id = ?", (counts.model_dump_json(), txn_id)
+            )
+
+    def batches_after(self, job_id: int, txn_id: int) -> list[tuple[int, dict[int, int], BatchCounts]]:
+        """Batches of a job newer than `txn_id`, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT txn_id, progress, counts FROM routine_load_txns WHERE job_id = ? AND txn_id > ? "
+                "ORDER BY txn_id",
+                (job_id, txn_id),
+            ).fetchall()
+        return [
+            (t, {int(k): int(v) for k, v in json.loads(p).items()}, BatchCounts.model_validate_json(c))
+            for t, p, c in rows
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class JobNotFound(DorisError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"There is not operable routine load job with name {name}")
