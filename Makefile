@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# pydoris, a real Doris client the tests drive; --no-deps: its mysqlclient dependency needs C headers
+	$(PY) -m pip install -q --no-deps 'pydoris>=1.2,<2'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import requests
-from requests.auth import HTTPBasicAuth
 
 from tests.helpers import DorisClient, assert_doris_result, curl_stream_load
 
@@ -100,19 +98,18 @@ def test_curl_location_trusted_follows_the_redirect(fe_be: tuple[str, str], tabl
         ),
     ],
 )
-def test_pydoris_style_client_loads_directly_and_through_redirect(
+def test_pydoris_client_loads_directly_and_through_redirect(
     fe_be: tuple[str, str], table: str, through: str, headers: dict[str, str], data: str
 ) -> None:
-    """The calls `pydoris.doris_client.DorisClient.write` makes (requests, auth kept across the redirect)."""
+    """pydoris's `DorisClient.write` (the package itself), to the FE port (307 to the BE) or the BE port."""
+    from pydoris.doris_client import DorisClient as PyDorisClient
+
     base = fe_be[0] if through == "fe" else fe_be[1]
-    session = requests.sessions.Session()
-    session.should_strip_auth = lambda old_url, new_url: False  # type: ignore[method-assign]
-    resp = session.request(
-        "PUT",
-        url=f"{base}/api/{table}/t/_stream_load",
-        data=data,
-        headers={"Expect": "100-continue", "label": f"py_{uuid.uuid4().hex[:8]}", **headers},
-        auth=HTTPBasicAuth("root", ""),
-    )
-    assert resp.status_code == 200 and resp.reason == "OK" and resp.json()["Status"] == "Success", resp.text
+    client = PyDorisClient("127.0.0.1", base.rsplit(":", 1)[1], "root", "")
+    client.options.set_label(f"py_{uuid.uuid4().hex[:8]}")
+    if headers.get("format") == "json":
+        client.options.set_json_format()
+    for key, value in headers.items():
+        client.options.set_option(key, value)
+    assert client.write(table, "t", data) is True
     assert DorisClient(fe_be[0]).rows(table, "SELECT * FROM t ORDER BY k") == [[3, "c"], [4, "d"]]
