@@ -122,7 +122,7 @@ def test_csv_messages_with_deletes_and_shuffled_sequences_match_the_model(
     # the lag is measured after each batch's commit: wait for the last measurement
     wait_for("no lag", lambda: json.loads(show(doris, db, "csv_job")["Lag"]) == {"0": 0, "1": 0, "2": 0, "3": 0})
     props = json.loads(row["JobProperties"])
-    assert (props["merge_type"], props["sequence_col"], props["max_batch_rows"]) == ("MERGE", "src_seq", "20")
+    assert (props["merge_type"], props["sequence_col"], props["max_batch_rows"]) == ("MERGE", "src_seq", "40")
     assert json.loads(row["CustomProperties"])["kafka_default_offsets"] == "OFFSET_BEGINNING"
     doris.sql(db, "STOP ROUTINE LOAD FOR csv_job")
 
