@@ -72,7 +72,7 @@ def read(table: TableDef, stored: list[DataFrame]) -> list[dict[str, Any]]:
     return [r.asDict() for r in merged.orderBy("k").collect()]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios())
 def test_loads_then_reads_match_the_model_and_compaction_changes_nothing(
     spark: SparkSession, scenario: tuple[TableDef, list[list[dict[str, Any]]], int]
