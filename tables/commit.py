@@ -25,7 +25,7 @@ from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
 from tables.errors import SchemaChanged
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.pause import PausePoints
-from tables.rowsets import RowsetsChanged, plain_path
+from tables.rowsets import RowsetsChanged, live_data_files, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, VISIBLE, TransactionStore
 
@@ -266,7 +266,7 @@ def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:
     """
     table = handle.iceberg
     wanted = set(pending.replaced)
-    old = [t.file for t in table.scan().plan_files() if plain_path(t.file.file_path) in wanted] if wanted else []
+    old = [f for f in live_data_files(table) if plain_path(f.file_path) in wanted]  # empty files too
     if len(old) != len(wanted):
         raise RowsetsChanged("the rowsets being compacted changed meanwhile; the compaction gave way")
     new = [parquet_file_to_data_file(table.io, table.metadata, path) for path in pending.files]

@@ -124,6 +124,18 @@ def table_rowsets(table: Table) -> list[Rowset]:
     ]
 
 
+def live_data_files(table: Table) -> list[DataFile]:
+    """Every data file of the current snapshot, empty ones included (scan planning skips those)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    ]
+
+
 def sign_field_id(table: Table) -> int | None:
     try:
         return table.schema().find_field(DELETE_SIGN).field_id
