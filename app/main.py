@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, query, stream_load
+from app import admin, compaction, query, stream_load
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.settings import Settings
@@ -25,6 +25,7 @@ log = logging.getLogger("app")
 
 def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+    from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
     from sql.executor import SqlExecutor
@@ -46,7 +47,21 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     shutil.rmtree(data_dir / "staging", ignore_errors=True)
     writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
-    executor = SqlExecutor(spark=spark, catalog=catalog, loads=loads, writer=writer, row_limit=settings.sql_row_limit)
+    policy = CompactionPolicy(
+        min_rowsets=settings.compaction_min_rowsets,
+        promotion_bytes=settings.compaction_promotion_bytes,
+        base_min_rowsets=settings.compaction_base_min_rowsets,
+    )
+    compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy)
+    executor = SqlExecutor(
+        spark=spark,
+        catalog=catalog,
+        loads=loads,
+        writer=writer,
+        row_limit=settings.sql_row_limit,
+        compactor=compactor,
+        address=f"{settings.host}:{settings.port}",
+    )
     return Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
 
 
@@ -81,10 +96,12 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         services.gate = app.state.gate
         app.state.services = services
         task = asyncio.create_task(maintenance_loop(services))
+        compacting = asyncio.create_task(compaction.compaction_loop(services))
         try:
             yield
         finally:
             task.cancel()
+            compacting.cancel()
             services.txns.close()
 
     app = FastAPI(
@@ -97,4 +114,5 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     app.include_router(stream_load.router)
     app.include_router(query.router)
     app.include_router(admin.router)
+    app.include_router(compaction.router)
     return app

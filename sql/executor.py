@@ -11,8 +11,10 @@ from pyspark.sql import SparkSession
 from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
+from spark_runner.compaction import Compactor
 from spark_runner.queries import collect_result
 from spark_runner.service import LoadService
+from sql.admin import admin_compact, show_tablets
 from sql.alter import parse_alter, plan_alter
 from sql.ddl import parse_create_table
 from sql.errors import SqlError
@@ -51,13 +53,23 @@ class SqlExecutor:
     """One executor per server; a `Session` carries the per-request (or per-connection) state."""
 
     def __init__(
-        self, *, spark: SparkSession, catalog: Catalog, loads: LoadService, writer: TableWriter, row_limit: int = 1000
+        self,
+        *,
+        spark: SparkSession,
+        catalog: Catalog,
+        loads: LoadService,
+        writer: TableWriter,
+        row_limit: int = 1000,
+        compactor: Compactor | None = None,
+        address: str = "127.0.0.1:8030",
     ) -> None:
         self.spark = spark
         self.catalog = catalog
         self.loads = loads
         self.writer = writer
         self.row_limit = row_limit
+        self.compactor = compactor or Compactor(spark=spark, catalog=catalog, writer=writer)
+        self.address = address  # host:port the tablet views link to
 
     def execute_script(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
         """Run `;`-separated statements in order; the reply is the last statement's.
@@ -151,6 +163,8 @@ class SqlExecutor:
             handle = self.catalog.load(alter.db or session.db, alter.table)
             self.writer.alter(handle.definition.db, handle.definition.name, plan_alter(alter))
             return ExecStatus()
+        if first == "ADMIN" and second == "COMPACT":
+            return admin_compact(cur, session, self.compactor)
         if first in ("DELETE", "ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
@@ -170,6 +184,8 @@ class SqlExecutor:
             )
         if cur.accept("ALTER", "TABLE", "COLUMN"):
             return self._show_alter(cur, session)
+        if cur.word() in ("TABLETS", "TABLET") and cur.word(1) == "FROM":
+            return show_tablets(cur, session, self.compactor, address=self.address)
         cur.accept("FULL")
         if cur.accept("TABLES"):
             db = session.db

@@ -44,7 +44,8 @@ def spark():  # type: ignore[no-untyped-def]
 def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from app.settings import Settings
 
-    return Settings(data_dir=tmp_path_factory.mktemp("server-data"))
+    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py)
+    return Settings(data_dir=tmp_path_factory.mktemp("server-data"), compaction_interval_seconds=0)
 
 
 @pytest.fixture(scope="session")
