@@ -26,6 +26,7 @@ bench: install
 	$(PY) bench/bulk.py
 	$(PY) bench/small.py
 	$(PY) bench/mor.py
+	$(PY) bench/compaction.py
 	$(PY) bench/memory.py
 
 clean:
