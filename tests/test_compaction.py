@@ -220,3 +220,39 @@ def test_housekeeping_removes_the_files_compaction_replaced(services: Any) -> No
     files = list(data.rglob("*.parquet"))
     assert [f.name.split("-")[0] for f in files] == ["r2_4"]  # only the compacted rowset is left
     assert _sql(services, "SELECT * FROM d ORDER BY k, v") == answer
+
+
+def test_compaction_keeps_answers_of_sequence_mapping_and_late_added_columns(services: Any) -> None:
+    from spark_runner.compaction import CompactionType
+
+    _sql(
+        services,
+        "CREATE TABLE sm (k INT, a INT, b INT, s1 INT, s2 INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 "
+        'PROPERTIES ("enable_unique_key_merge_on_write" = "false", '
+        '"sequence_mapping.s1" = "a", "sequence_mapping.s2" = "b")',
+    )
+    for stmt in (
+        "INSERT INTO sm (k, a, s1) VALUES (1, 10, 5), (2, 20, 1)",
+        "INSERT INTO sm (k, b, s2) VALUES (1, 100, 3)",
+        "INSERT INTO sm (k, a, s1) VALUES (1, 11, 5), (2, 21, 0)",  # equal sequence: later wins; lower: loses
+        "INSERT INTO sm (k, b, s2) VALUES (1, 101, 2), (2, 200, 9)",
+    ):
+        _sql(services, stmt)
+    answer = _sql(services, "SELECT * FROM sm ORDER BY k")
+    assert answer == [[1, 11, 100, 5, 3], [2, 20, 200, 1, 9]]
+    rowsets = services.catalog.load("m", "sm").rowsets()
+    services.sql.compactor.compact("m", "sm", CompactionType.CUMULATIVE, rowsets=rowsets[1:3])
+    assert _sql(services, "SELECT * FROM sm ORDER BY k") == answer
+    services.sql.compactor.compact("m", "sm", CompactionType.BASE)
+    assert _sql(services, "SELECT * FROM sm ORDER BY k") == answer
+
+    # rows loaded before ADD COLUMN read its DEFAULT, and a SUM adds those defaults up, compacted or not
+    _sql(services, "CREATE TABLE ag (k INT, n INT SUM) AGGREGATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    _sql(services, "INSERT INTO ag VALUES (1, 1)")
+    _sql(services, "INSERT INTO ag VALUES (1, 1)")
+    _sql(services, 'ALTER TABLE ag ADD COLUMN m INT SUM DEFAULT "5"')
+    assert _sql(services, "SELECT * FROM ag") == [[1, 2, 10]]
+    services.sql.compactor.compact("m", "ag", CompactionType.BASE)
+    assert _sql(services, "SELECT * FROM ag") == [[1, 2, 10]]
+    _sql(services, "INSERT INTO ag VALUES (1, 1, 1)")
+    assert _sql(services, "SELECT * FROM ag") == [[1, 3, 11]]
