@@ -257,9 +257,9 @@ class Compactor:
         )
         droppable = kind is CompactionType.BASE and drops_delete_markers(table)
         sign_field = sign_field_id(handle.iceberg)
-        if len(picked) == 1 and droppable and any(has_delete_markers(f, sign_field) for f in picked[0].files):
-            pass  # one rowset still merits a base compaction when it has delete markers to drop
-        elif len(picked) < 2:
+        # one rowset still merits a base compaction when it has delete markers to drop
+        markers = len(picked) == 1 and droppable and any(has_delete_markers(f, sign_field) for f in picked[0].files)
+        if len(picked) < 2 and not markers:
             history.note(kind, "failure")
             raise NothingToCompact(f"no suitable versions for {kind.value} compaction of table {table.name}")
         started = time.monotonic()
