@@ -32,6 +32,7 @@ bench: install
 	$(PY) bench/bulk.py
 	$(PY) bench/small.py
 	$(PY) bench/mor.py
+	$(PY) bench/compaction.py
 	$(PY) bench/memory.py
 
 # regenerate openapi/openapi.json from the app (tests/test_openapi.py fails when it is stale)

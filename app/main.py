@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, metrics, openapi, query, stream_load, txn
+from app import admin, compaction, metrics, openapi, query, stream_load, txn
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
@@ -27,6 +27,7 @@ log = logging.getLogger("app")
 
 def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+    from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
@@ -53,6 +54,12 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     shutil.rmtree(data_dir / "staging", ignore_errors=True)
     writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
+    policy = CompactionPolicy(
+        min_rowsets=settings.compaction_min_rowsets,
+        promotion_bytes=settings.compaction_promotion_bytes,
+        base_min_rowsets=settings.compaction_base_min_rowsets,
+    )
+    compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy)
     routine_loads = RoutineLoadManager(
         loads=loads,
         store=RoutineLoadStore(data_dir / "transactions.db"),
@@ -68,6 +75,8 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         writer=writer,
         row_limit=settings.sql_row_limit,
         routine_loads=routine_loads,
+        compactor=compactor,
+        address=f"{settings.host}:{settings.port}",
     )
     two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
     two_phase.recover_committed()
@@ -118,6 +127,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         services = await run_in_threadpool(build_services, settings, spark)
         services.gate = app.state.gate
         app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))
+        if services.sql.compactor is not None:
+            services.sql.compactor.on_compaction = lambda _result: app.state.metrics.record_compaction()
         app.state.services = services
         mysql = await start_mysql_server(
             services.sql,
@@ -129,6 +140,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
+        compacting = asyncio.create_task(compaction.compaction_loop(services))
         try:
             yield
         finally:
@@ -137,6 +149,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             timeouts.cancel()
             if services.sql.routine_loads is not None:
                 await run_in_threadpool(services.sql.routine_loads.close)
+            compacting.cancel()
             services.txns.close()
 
     app = FastAPI(
@@ -153,4 +166,5 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     app.include_router(admin.router)
     app.include_router(metrics.router)
     app.include_router(txn.router)
+    app.include_router(compaction.router)
     return app

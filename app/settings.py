@@ -52,6 +52,17 @@ class Settings(BaseSettings):
     routine_load_min_batch_rows: int = Field(
         200000, description="Smallest `max_batch_rows` a routine load may ask for (Doris: 200000)."
     )
+    compaction_interval_seconds: float = Field(
+        10.0, description="How often background compaction looks at every table; 0 turns it off."
+    )
+    compaction_min_rowsets: int = Field(
+        5, description="Cumulative compaction once this many small rowsets follow the cumulative point."
+    )
+    compaction_promotion_bytes: int = Field(
+        64 * 1024 * 1024,
+        description="Rowsets this big are base level; small rowsets holding this much together are compacted too.",
+    )
+    compaction_base_min_rowsets: int = Field(5, description="Base compaction once this many base-level rowsets exist.")
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )

@@ -250,10 +250,12 @@ def _group_alive(pgid: int) -> bool:
 
 
 @contextmanager
-def running_server(*, spark_master: str = "local[2]", keep: bool = False) -> Iterator[Server]:
+def running_server(
+    *, spark_master: str = "local[2]", keep: bool = False, extra_env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """A fresh data directory and a server on it; the server is always stopped, the directory removed."""
     tmp = Path(tempfile.mkdtemp(prefix="sl-bench-"))
-    server = Server(tmp / "data", spark_master=spark_master)
+    server = Server(tmp / "data", spark_master=spark_master, extra_env=extra_env)
     old_term = signal.signal(signal.SIGTERM, _exit_on_signal)  # `kill <bench pid>` still stops the server
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C too, even if started ignored
     try:

@@ -81,7 +81,9 @@ median of {args.runs} runs of `SELECT count(*) FROM m` and of a point lookup `SE
     best_seq = np.full(key_space, -1, dtype=np.int64)  # expected winner's seq per key index
     lookup_idx = -1
     results: list[list[Any]] = []
-    with running_server(spark_master=args.spark_master, keep=args.keep) as server:
+    # background compaction off: this measures the merge-on-read cost of rowsets piling up (see compaction.py)
+    off = {"SL_COMPACTION_INTERVAL_SECONDS": "0"}
+    with running_server(spark_master=args.spark_master, keep=args.keep, extra_env=off) as server:
         create_database(server)
         server.sql(unique_table_ddl("m", args.buckets))
         run = str(int(time.time()))

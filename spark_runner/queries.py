@@ -35,10 +35,11 @@ def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | No
     late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
     if not late:
         return df
-    # rows loaded before ALTER TABLE ADD COLUMN read the column's DEFAULT (their files lack the field)
+    # rows loaded before ALTER TABLE ADD COLUMN read the column's DEFAULT (their files lack the field;
+    # a compaction since wrote the merged value, e.g. a SUM of defaults, which stands)
     return df.selectExpr(
         *[
-            f"CASE WHEN {q(VERSION_COL)} < {c.since_version} THEN CAST({default_sql(c)} AS "
+            f"CASE WHEN {q(VERSION_COL)} < {c.since_version} AND {q(c.name)} IS NULL THEN CAST({default_sql(c)} AS "
             f"{storage_type_sql(c.type)}) ELSE {q(c.name)} END AS {q(c.name)}"
             if c.name in late
             else q(c.name)

@@ -13,9 +13,11 @@ from pyspark.sql import SparkSession
 from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
+from spark_runner.compaction import Compactor
 from spark_runner.queries import collect_result
 from spark_runner.routine_load import RoutineLoadManager
 from spark_runner.service import LoadService
+from sql.admin import admin_compact, show_tablets
 from sql.alter import parse_alter, plan_alter
 from sql.broker_load import BrokerLoads
 from sql.ddl import parse_create_table
@@ -67,6 +69,8 @@ class SqlExecutor:
         writer: TableWriter,
         row_limit: int = 1000,
         routine_loads: RoutineLoadManager | None = None,
+        compactor: Compactor | None = None,
+        address: str = "127.0.0.1:8030",
     ) -> None:
         self.routine_loads = routine_loads
         self.spark = spark
@@ -75,6 +79,8 @@ class SqlExecutor:
         self.writer = writer
         self.row_limit = row_limit
         self.broker_loads: BrokerLoads | None = None  # set by the app: LOAD LABEL, SHOW/CANCEL LOAD
+        self.compactor = compactor or Compactor(spark=spark, catalog=catalog, writer=writer)
+        self.address = address  # host:port the tablet views link to
 
     def execute_script(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
         """Run `;`-separated statements in order; the reply is the last statement's.
@@ -175,6 +181,8 @@ class SqlExecutor:
         if self.broker_loads is not None and (first == "LOAD" or (first, second) == ("CANCEL", "LOAD")):
             run = self.broker_loads.submit if first == "LOAD" else self.broker_loads.cancel
             return run(text, session.db)
+        if first == "ADMIN" and second == "COMPACT":
+            return admin_compact(cur, session, self.compactor)
         if first in ("ALTER", "LOAD", "ADMIN", "CANCEL"):
             raise SqlError(f"{first} statements are not supported by this server yet")
         raise SqlError(f"Unsupported statement: {text.split()[0] if text.split() else text}")
@@ -204,6 +212,8 @@ class SqlExecutor:
                     rows.append([name, name, pred.create_time, pred.display, "FINISHED"])
             fields = ("TableName", "PartitionName", "CreateTime", "DeleteCondition", "State")
             return ResultSet(columns=[(n, "VARCHAR") for n in fields], rows=sorted(rows, key=lambda r: str(r[2])))
+        if cur.word() in ("TABLETS", "TABLET") and cur.word(1) == "FROM":
+            return show_tablets(cur, session, self.compactor, address=self.address)
         cur.accept("FULL")
         if cur.accept("TABLES"):
             db = session.db

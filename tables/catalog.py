@@ -21,6 +21,7 @@ from pyiceberg.types import NestedField
 
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
 from tables.model import DEFINITION_PROPERTY, TableDef
+from tables.rowsets import Rowset, table_rowsets
 
 VERSION_PROPERTY = "doris.version"
 INITIAL_VERSION = 1
@@ -41,6 +42,10 @@ class TableHandle:
         if self.iceberg.current_snapshot() is None:
             return []
         return [_plain_path(task.file.file_path) for task in self.iceberg.scan().plan_files()]
+
+    def rowsets(self) -> list[Rowset]:
+        """The rowsets of the current snapshot, oldest first (see `tables.rowsets`)."""
+        return table_rowsets(self.iceberg)
 
     def current_version(self) -> int:
         """The table's load version: the last committed one, carried in the snapshot summary (or the

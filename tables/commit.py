@@ -19,12 +19,14 @@ from pathlib import Path
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
 from tables.errors import DorisError, SchemaChanged, TxnAborted, TxnStateError
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.pause import PausePoints
 from tables.rowset import restamp_version
+from tables.rowsets import RowsetsChanged, live_data_files, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
 
@@ -45,6 +47,19 @@ class PendingRowset:
     group: tuple[int, ...] = ()
 
 
+@dataclass
+class PendingRewrite:
+    """A compaction being written: the files it replaces and the files replacing them."""
+
+    handle: TableHandle
+    txn_id: int
+    label: str
+    directory: Path
+    replaced: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    output_rows: int = 0
+
+
 class _Turnstile:
     """Versions of one table: handed out in arrival order, published strictly in that order.
 
@@ -57,6 +72,7 @@ class _Turnstile:
         self.in_flight: list[int] = []
         self.cond = threading.Condition()
         self.last_metadata: str | None = None  # metadata location after this writer's last commit
+        self.commit_lock = threading.Lock()  # held by the version in its turn, or by a compaction committing
 
     def take(self) -> int:
         with self.cond:
@@ -70,7 +86,8 @@ class _Turnstile:
         """Wait until every lower version is done; the table is ours until the block ends."""
         with self.cond:
             self.cond.wait_for(lambda: min(self.in_flight) == version)
-        yield
+        with self.commit_lock:
+            yield
 
     def done(self, version: int) -> None:
         with self.cond:
@@ -259,6 +276,36 @@ class TableWriter:
                 return
             shutil.rmtree(handle.location / "data" / f"txn_{txn_id}", ignore_errors=True)
 
+    @contextmanager
+    def rewrite(self, db: str, table: str, *, label: str, planned: TableDef) -> Iterator[PendingRewrite]:
+        """Let the caller write files replacing some of the table's data files (a compaction), then commit
+        one overwrite snapshot that deletes `replaced` and adds `files`, between load commits.
+
+        The rewrite takes no version: its snapshot carries the table's current one. It gives way
+        (`RowsetsChanged`, `SchemaChanged`) when a file it replaces left the snapshot meanwhile or the
+        schema changed; any exception removes its files and aborts its transaction.
+        """
+        handle = self._catalog.load(db, table)
+        txn_id = self._txns.begin(db, handle.definition.name, label)
+        pending = PendingRewrite(
+            handle=handle, txn_id=txn_id, label=label, directory=handle.location / "data" / f"txn_{txn_id}"
+        )
+        try:
+            yield pending
+            if pending.files:
+                _fsync_files(pending.files, pending.directory)
+            turnstile = self._turnstile(handle)
+            with turnstile.commit_lock:
+                handle.iceberg.refresh()
+                check_schema(handle, planned)
+                replace_files(handle, pending)
+                turnstile.last_metadata = handle.iceberg.metadata_location
+            self._txns.set_state(txn_id, VISIBLE)
+        except BaseException:
+            shutil.rmtree(pending.directory, ignore_errors=True)
+            self._txns.set_state(txn_id, ABORTED)
+            raise
+
     def truncate(self, db: str, table: str) -> None:
         """Remove every row of a table in one snapshot, keeping its schema and version counter."""
         handle = self._catalog.load(db, table)
@@ -300,6 +347,36 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
             if attempt == 2:
                 raise
             handle.iceberg.refresh()
+
+
+def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:
+    """One overwrite snapshot: the replaced files out, the new (non-empty) files in, the version kept.
+
+    Raises:
+        RowsetsChanged: a replaced file is no longer in the current snapshot.
+    """
+    table = handle.iceberg
+    wanted = set(pending.replaced)
+    old = [f for f in live_data_files(table) if plain_path(f.file_path) in wanted]  # empty files too
+    if len(old) != len(wanted):
+        raise RowsetsChanged("the rowsets being compacted changed meanwhile; the compaction gave way")
+    new = [parquet_file_to_data_file(table.io, table.metadata, path) for path in pending.files]
+    for data_file in new:
+        if data_file.record_count == 0:
+            Path(data_file.file_path).unlink(missing_ok=True)
+    pending.output_rows = sum(f.record_count for f in new)
+    summary = {
+        "doris.compaction": pending.label,
+        "doris.txn_id": str(pending.txn_id),
+        VERSION_PROPERTY: str(handle.current_version()),
+    }
+    with table.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+            for data_file in old:
+                overwrite.delete_data_file(data_file)
+            for data_file in new:
+                if data_file.record_count > 0:
+                    overwrite.append_data_file(data_file)
 
 
 def _fsync_files(files: list[str], directory: Path) -> None:

@@ -1,28 +1,180 @@
-"""Rowsets of a table: each load commits one, compaction folds many into one (the `/metrics` gauge)."""
+"""Rowsets and tablets: how Doris's storage nouns map onto one Iceberg table.
+
+rowset   the data files of the current snapshot that hold one contiguous range of load versions.
+         A load's files hold one version: every row carries it in `__DORIS_VERSION_COL__`, and the
+         Iceberg lower/upper bounds of that field (filled from the Parquet statistics by `add_files`)
+         say which. A compaction's files cover a range, written into their names (`r<start>_<end>-...`),
+         because a merged row keeps only the largest version of its run.
+tablet   one bucket of the table. A rowset spans every bucket (a small load writes one file for
+         several buckets), so the tablets of a table share its rowsets; tablet ids are derived from
+         the Iceberg table uuid, stable for the table's life.
+"""
 
 from __future__ import annotations
 
-from tables.catalog import Catalog, TableHandle
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType
+
 from tables.errors import DorisError
+from tables.model import DELETE_SIGN, VERSION_COL
 
-_DELETED = 2  # Iceberg manifest entry status: the file left the table in that snapshot
+if TYPE_CHECKING:
+    from tables.catalog import Catalog
+
+RANGE_NAME = re.compile(r"^r(\d+)_(\d+)-")
+TABLETS_PER_TABLE = 10_000  # tablet id = table base + bucket; Doris caps buckets far below this
+BACKEND_ID = 10001
 
 
-def rowset_count(handle: TableHandle) -> int:
-    """Live rowsets of the current snapshot: distinct data sequence numbers of its live data files."""
-    if handle.iceberg.current_snapshot() is None:
-        return 0
-    entries = handle.iceberg.inspect.entries().select(["status", "sequence_number"]).to_pylist()
-    return len({e["sequence_number"] for e in entries if e["status"] != _DELETED})
+class RowsetsChanged(DorisError):
+    """The rowsets a compaction read are no longer all in the current snapshot (another compaction or a
+    TRUNCATE replaced them): the compaction gives way."""
+
+
+@dataclass(frozen=True)
+class Rowset:
+    """Data files holding versions `start_version..end_version` of a table."""
+
+    start_version: int
+    end_version: int
+    files: tuple[DataFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+    @property
+    def data_size(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+    @property
+    def paths(self) -> list[str]:
+        return [plain_path(f.file_path) for f in self.files]
+
+    @property
+    def version(self) -> str:
+        return f"[{self.start_version}-{self.end_version}]"
+
+
+def plain_path(uri: str) -> str:
+    """A local path for a `file:` URI (pyiceberg keeps paths as given; Spark reports URIs)."""
+    return urlparse(uri).path if uri.startswith("file:") else uri
+
+
+def range_file_name(start: int, end: int, name: str) -> str:
+    """The name a compaction gives a file it writes: the version range first."""
+    return f"r{start}_{end}-{name}"
+
+
+def _bound(raw: dict[int, bytes] | None, field_id: int, kind: IntegerType | LongType) -> int | None:
+    if not raw or field_id not in raw:
+        return None
+    value = from_bytes(kind, raw[field_id])
+    return int(value) if isinstance(value, int) else None
+
+
+def file_versions(data_file: DataFile, version_field: int, fallback: int | None) -> tuple[int, int]:
+    """The version range a data file holds: from its name (compaction output), else the bounds of the
+    version column, else the version of the snapshot that added it."""
+    match = RANGE_NAME.match(Path(data_file.file_path).name)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    lower = _bound(data_file.lower_bounds, version_field, LongType())
+    upper = _bound(data_file.upper_bounds, version_field, LongType())
+    if lower is not None and upper is not None:
+        return lower, upper
+    if fallback is None:
+        raise ValueError(f"the version range of data file {data_file.file_path} is unknown")
+    return fallback, fallback
+
+
+def has_delete_markers(data_file: DataFile, sign_field: int | None) -> bool:
+    """Whether the file may hold delete-signed rows (upper bound of the delete sign is 1)."""
+    if sign_field is None:
+        return False
+    upper = _bound(data_file.upper_bounds, sign_field, IntegerType())
+    return upper is None or upper > 0
+
+
+def table_rowsets(table: Table) -> list[Rowset]:
+    """The rowsets of the table's current snapshot, oldest first."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    schema = table.schema()
+    version_field = schema.find_field(VERSION_COL).field_id
+    versions_of_snapshots: dict[int, int] = {}
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if "doris.version" in props and "doris.label" in props:
+            versions_of_snapshots[snap.snapshot_id] = int(props["doris.version"])
+    groups: dict[tuple[int, int], list[DataFile]] = {}
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            fallback = versions_of_snapshots.get(entry.snapshot_id) if entry.snapshot_id is not None else None
+            groups.setdefault(file_versions(entry.data_file, version_field, fallback), []).append(entry.data_file)
+    return [
+        Rowset(start_version=lo, end_version=hi, files=tuple(sorted(files, key=lambda f: f.file_path)))
+        for (lo, hi), files in sorted(groups.items())
+    ]
+
+
+def live_data_files(table: Table) -> list[DataFile]:
+    """Every data file of the current snapshot, empty ones included (scan planning skips those)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    ]
+
+
+def sign_field_id(table: Table) -> int | None:
+    try:
+        return table.schema().find_field(DELETE_SIGN).field_id
+    except ValueError:
+        return None
+
+
+# -- tablets -------------------------------------------------------------------------------
+def tablet_base(table_uuid: uuid.UUID) -> int:
+    """The first tablet id of a table; its buckets follow."""
+    return TABLETS_PER_TABLE * (1 + table_uuid.int % 100_000_000)
+
+
+def tablet_ids(table_uuid: uuid.UUID, buckets: int) -> list[int]:
+    base = tablet_base(table_uuid)
+    return [base + b for b in range(buckets)]
+
+
+def schema_hash(table_uuid: uuid.UUID) -> int:
+    """A stable positive 31-bit number standing in for Doris's schema hash."""
+    return table_uuid.int % 2_000_000_000 + 1
+
+
+def bucket_of_tablet(table_uuid: uuid.UUID, buckets: int, tablet_id: int) -> int | None:
+    bucket = tablet_id - tablet_base(table_uuid)
+    return bucket if 0 <= bucket < buckets else None
 
 
 def rowsets_per_table(catalog: Catalog) -> dict[tuple[str, str], int]:
-    """`(db, table) → live rowsets` for every table of the catalog."""
+    """`(db, table) → live rowsets` for every table of the catalog (the `/metrics` gauge)."""
     counts: dict[tuple[str, str], int] = {}
     for db in catalog.list_databases():
         for table in catalog.list_tables(db):
             try:
-                counts[(db, table)] = rowset_count(catalog.load(db, table))
+                counts[(db, table)] = len(catalog.load(db, table).rowsets())
             except DorisError:  # dropped while the scrape ran
                 continue
     return counts

@@ -44,8 +44,14 @@ def spark():  # type: ignore[no-untyped-def]
 def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from app.settings import Settings
 
-    # routine load tests end batches by a few rows; Doris's 200000-row floor stays the default elsewhere
-    return Settings(data_dir=tmp_path_factory.mktemp("server-data"), mysql_port=0, routine_load_min_batch_rows=1)
+    # routine load tests end batches by a few rows (Doris's 200000-row floor stays the default elsewhere);
+    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py)
+    return Settings(
+        data_dir=tmp_path_factory.mktemp("server-data"),
+        mysql_port=0,
+        routine_load_min_batch_rows=1,
+        compaction_interval_seconds=0,
+    )
 
 
 @pytest.fixture(scope="session")

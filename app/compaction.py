@@ -1,0 +1,64 @@
+"""The BE's compaction endpoints (`/api/compaction/run`, `/api/compaction/show`) and the background loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from app.auth import fe_auth_failure
+from app.deps import Services, ServicesDep
+from app.responses import fe_unauthorized
+from sql.admin import compaction_status, trigger_compaction
+
+router = APIRouter()
+log = logging.getLogger("app")
+
+
+def be_json(payload: dict[str, Any]) -> Response:
+    """The BE's replies: HTTP 200, pretty-printed JSON."""
+    return Response(json.dumps(payload, indent=4), status_code=200, media_type="application/json")
+
+
+def _tablet_id(raw: str | None) -> int | None:
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+@router.post("/api/compaction/run")
+async def run(
+    request: Request, services: ServicesDep, tablet_id: str | None = None, compact_type: str = ""
+) -> Response:
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
+    tablet = _tablet_id(tablet_id)
+    if tablet is None:
+        return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
+    return be_json(await run_in_threadpool(trigger_compaction, services.sql.compactor, tablet, compact_type.lower()))
+
+
+@router.get("/api/compaction/show")
+async def show(request: Request, services: ServicesDep, tablet_id: str | None = None) -> Response:
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
+    tablet = _tablet_id(tablet_id)
+    if tablet is None:
+        return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
+    return be_json(await run_in_threadpool(compaction_status, services.sql.compactor, tablet))
+
+
+async def compaction_loop(services: Services) -> None:
+    """Compact every table whose rowsets pass the thresholds, every `compaction_interval_seconds`."""
+    interval = services.settings.compaction_interval_seconds
+    while interval > 0:
+        await asyncio.sleep(interval)
+        try:
+            done = await run_in_threadpool(services.sql.compactor.run_background_pass)
+            if done:
+                log.info("background compaction: %d tables compacted", len(done))
+        except Exception:  # compaction must never take the server down
+            log.exception("background compaction pass failed")
