@@ -48,6 +48,7 @@ from spark_runner.load_job import (
 )
 from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad, write_partitions
+from tables.commit import check_schema
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, PREPARE, VISIBLE
 
@@ -220,7 +221,10 @@ class GroupCommitter:
         outcome: JobOutcome | None = None
         per_load: list[LoadCounts] = []
         try:
-            with self.loads.writer.write(req.db, first.plan.table.name, txn_id=group_txn, label=group_label) as rowset:
+            with self.loads.writer.write(
+                req.db, first.plan.table.name, txn_id=group_txn, label=group_label, planned=first.plan.table
+            ) as rowset:
+                check_schema(rowset.handle, first.plan.table)
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in first.plan.table.all_columns()}
                 spark = self.loads._session_for(req)

@@ -25,6 +25,7 @@ from loaders.errors import LoadError
 from loaders.headers import parse_load_request
 from spark_runner.load_job import POS, columnar_source, csv_source, json_source
 from spark_runner.service import LoadService, PreparedLoad
+from sql.ddl import parse_properties
 from sql.errors import SqlError
 from sql.results import ExecStatus, ResultSet
 from sql.tokens import Cursor
@@ -79,14 +80,7 @@ def _string_list(cur: Cursor) -> list[str]:
 
 
 def _properties(cur: Cursor) -> dict[str, str]:
-    cur.expect_type(TokenType.L_PAREN, "(")
-    props: dict[str, str] = {}
-    while not cur.accept_type(TokenType.R_PAREN):
-        key = cur.string()
-        cur.expect_type(TokenType.EQ, "=")
-        props[key.lower()] = cur.string()
-        cur.accept_type(TokenType.COMMA)
-    return props
+    return {k.lower(): v for k, v in parse_properties(cur).items()}
 
 
 def parse_load(text: str, current_db: str | None) -> BrokerLoad:
