@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
+from spark_runner import arrow_csv
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
@@ -53,7 +54,13 @@ def _converted(i: int) -> str:
 
 
 def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
-    """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped."""
+    """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped.
+
+    A body with simple framing is split by pyarrow (`arrow_csv`); any other by Spark, line by line.
+    """
+    staged = arrow_csv.stage_fields(path, plan)
+    if staged is not None:
+        return _arrow_fields_source(spark, staged, plan)
     req = plan.request
     text = spark.read.text(str(path), lineSep=req.line_delimiter)
     text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value")
@@ -67,14 +74,34 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     else:
         pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
         parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
+    fields = _csv_fields(req, [f"get(__parts, {i})" for i in range(len(plan.source_fields))])
+    return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
+
+
+def _csv_fields(req: LoadRequest, raw: list[str]) -> list[str]:
+    """The source fields from raw field text: `\\N` is NULL, optional quote trimming and empty-as-NULL."""
     fields = []
-    for i in range(len(plan.source_fields)):
-        value = f"get(__parts, {i})"
+    for i, value in enumerate(raw):
         if req.trim_double_quotes:
             value = f"regexp_replace({value}, {QUOTED}, '$1')"
         empty = f" WHEN {value} = '' THEN NULL" if req.empty_field_as_null else ""
         fields.append(f"CASE WHEN {value} = {lit(NULL_MARKER)} THEN NULL{empty} ELSE {value} END AS {_field(i)}")
-    return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
+    return fields
+
+
+def _arrow_fields_source(spark: SparkSession, staged: Path, plan: LoadPlan) -> DataFrame:
+    """The fields pyarrow split, read back by Spark; every line had exactly the expected field count."""
+    n = len(plan.source_fields)
+    raw = [arrow_csv.field_name(i) for i in range(n)]
+    schema = T.StructType([T.StructField(name, T.StringType()) for name in raw])
+    frame = spark.read.schema(schema).parquet(str(staged))
+    line = f"concat_ws({lit(plan.request.column_separator)}, {', '.join(raw)})"  # the line, as it was
+    return frame.selectExpr(
+        f"monotonically_increasing_id() AS {POS}",
+        f"{line} AS {LINE}",
+        f"{n} AS {NCOLS}",
+        *_csv_fields(plan.request, raw),
+    )
 
 
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
