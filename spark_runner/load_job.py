@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
-from spark_runner import arrow_csv
+from spark_runner import arrow_csv, inline_csv
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
@@ -56,8 +56,15 @@ def _converted(i: int) -> str:
 def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped.
 
-    A body with simple framing is split by pyarrow (`arrow_csv`); any other by Spark, line by line.
+    A small body is split in Python into an inline table (`inline_csv`), a large one with simple framing
+    by pyarrow (`arrow_csv`); any other by Spark, line by line.
     """
+    lines = inline_csv.split_body(path, plan)
+    if lines is not None:
+        raw = [arrow_csv.field_name(i) for i in range(len(plan.source_fields))]
+        inline = inline_csv.inline_source(spark, lines, plan, [POS, LINE, NCOLS, *raw])
+        if inline is not None:
+            return inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw))
     staged = arrow_csv.stage_fields(path, plan)
     if staged is not None:
         return _arrow_fields_source(spark, staged, plan)
