@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
-from spark_runner import arrow_csv, inline_csv
+from spark_runner import arrow_csv, inline_csv, small_rowset
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
@@ -64,7 +64,7 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
         raw = [arrow_csv.field_name(i) for i in range(len(plan.source_fields))]
         inline = inline_csv.inline_source(spark, lines, plan, [POS, LINE, NCOLS, *raw])
         if inline is not None:
-            return inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw))
+            return small_rowset.mark_small(inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw)))
     staged = arrow_csv.stage_fields(path, plan)
     if staged is not None:
         return _arrow_fields_source(spark, staged, plan)
@@ -205,7 +205,8 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         )
         for i, row in enumerate(rows)
     ]
-    return spark.createDataFrame(data, schema)
+    frame = spark.createDataFrame(data, schema)
+    return small_rowset.mark_small(frame) if len(rows) <= inline_csv.MAX_LINES else frame
 
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
@@ -482,7 +483,11 @@ def run_load_job(
     out = with_field_ids(good.selectExpr(*storage_columns(plan, version)), field_ids)
     if keys:
         out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
-    out.write.mode("errorifexists").parquet(str(directory))
+    if buckets == 1 and not plan.reads_stored and small_rowset.is_small(source):
+        files = small_rowset.write_collected(out, directory)  # one partition: the rows in key order
+    else:
+        out.write.mode("errorifexists").parquet(str(directory))
+        files = sorted(str(p) for p in directory.glob("*.parquet"))
     if partial_metrics is not None:
         found = partial_metrics.get
         check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
@@ -495,5 +500,4 @@ def run_load_job(
     if filtered:
         bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
-    files = sorted(str(p) for p in directory.glob("*.parquet"))
     return JobOutcome(counts=counts, files=files, errors=errors)
