@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from loaders.errors import LoadError
 from loaders.formats.csv import NULL_MARKER
+from spark_runner import arrow_csv, inline_csv, small_rowset
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
@@ -54,7 +55,20 @@ def _converted(i: int) -> str:
 
 
 def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
-    """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped."""
+    """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped.
+
+    A small body is split in Python into an inline table (`inline_csv`), a large one with simple framing
+    by pyarrow (`arrow_csv`); any other by Spark, line by line.
+    """
+    lines = inline_csv.split_body(path, plan)
+    if lines is not None:
+        raw = [arrow_csv.field_name(i) for i in range(len(plan.source_fields))]
+        inline = inline_csv.inline_source(spark, lines, plan, [POS, LINE, NCOLS, *raw])
+        if inline is not None:
+            return small_rowset.mark_small(inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw)))
+    staged = arrow_csv.stage_fields(path, plan)
+    if staged is not None:
+        return _arrow_fields_source(spark, staged, plan)
     req = plan.request
     text = spark.read.text(str(path), lineSep=req.line_delimiter)
     text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value")
@@ -68,14 +82,34 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     else:
         pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
         parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
+    fields = _csv_fields(req, [f"get(__parts, {i})" for i in range(len(plan.source_fields))])
+    return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
+
+
+def _csv_fields(req: LoadRequest, raw: list[str]) -> list[str]:
+    """The source fields from raw field text: `\\N` is NULL, optional quote trimming and empty-as-NULL."""
     fields = []
-    for i in range(len(plan.source_fields)):
-        value = f"get(__parts, {i})"
+    for i, value in enumerate(raw):
         if req.trim_double_quotes:
             value = f"regexp_replace({value}, {QUOTED}, '$1')"
         empty = f" WHEN {value} = '' THEN NULL" if req.empty_field_as_null else ""
         fields.append(f"CASE WHEN {value} = {lit(NULL_MARKER)} THEN NULL{empty} ELSE {value} END AS {_field(i)}")
-    return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
+    return fields
+
+
+def _arrow_fields_source(spark: SparkSession, staged: Path, plan: LoadPlan) -> DataFrame:
+    """The fields pyarrow split, read back by Spark; every line had exactly the expected field count."""
+    n = len(plan.source_fields)
+    raw = [arrow_csv.field_name(i) for i in range(n)]
+    schema = T.StructType([T.StructField(name, T.StringType()) for name in raw])
+    frame = spark.read.schema(schema).parquet(str(staged))
+    line = f"concat_ws({lit(plan.request.column_separator)}, {', '.join(raw)})"  # the line, as it was
+    return frame.selectExpr(
+        f"monotonically_increasing_id() AS {POS}",
+        f"{line} AS {LINE}",
+        f"{n} AS {NCOLS}",
+        *_csv_fields(plan.request, raw),
+    )
 
 
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
@@ -172,7 +206,8 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         )
         for i, row in enumerate(rows)
     ]
-    return spark.createDataFrame(data, schema)
+    frame = spark.createDataFrame(data, schema)
+    return small_rowset.mark_small(frame) if len(rows) <= inline_csv.MAX_LINES else frame
 
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
@@ -454,7 +489,11 @@ def run_load_job(
     out = with_field_ids(good.selectExpr(*storage_columns(plan, version)), field_ids)
     if keys:
         out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
-    out.write.mode("errorifexists").parquet(str(directory))
+    if buckets == 1 and not plan.reads_stored and small_rowset.is_small(source):
+        files = small_rowset.write_collected(out, directory)  # one partition: the rows in key order
+    else:
+        out.write.mode("errorifexists").parquet(str(directory))
+        files = sorted(str(p) for p in directory.glob("*.parquet"))
     if partial_metrics is not None:
         found = partial_metrics.get
         check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
@@ -467,7 +506,6 @@ def run_load_job(
     if filtered:
         bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
-    files = sorted(str(p) for p in directory.glob("*.parquet"))
     extra = {
         name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
     }

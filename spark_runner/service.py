@@ -14,6 +14,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from loaders.errors import DataQualityError, LoadError, LoadTimeout
+from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     JobOutcome,
@@ -274,3 +275,4 @@ class LoadService:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+        staging_path(path).unlink(missing_ok=True)  # the fields pyarrow split, if the load made them

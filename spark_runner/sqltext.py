@@ -57,7 +57,13 @@ def convert_sql(raw: str, t: DorisType, *, from_text: bool = True) -> str:
         return f"CASE WHEN {text} IN ('true', '1') THEN true WHEN {text} IN ('false', '0') THEN false END"
     converted = f"try_cast({raw} AS {value_type_sql(t)})"
     if t.is_integer and t.name != "LARGEINT" and from_text:
-        return f"CASE WHEN CAST({raw} AS STRING) RLIKE {lit(INTEGER_TEXT)} THEN {converted} END"
+        # Text that prints back unchanged ("42", "-7") is an integer; only other text needs the regex
+        # (which is the rule; the first test only skips it for the common case).
+        text = f"CAST({raw} AS STRING)"
+        return (
+            f"CASE WHEN CAST({converted} AS STRING) = {text} THEN {converted} "
+            f"WHEN {text} RLIKE {lit(INTEGER_TEXT)} THEN {converted} END"
+        )
     return converted
 
 

@@ -20,6 +20,9 @@ from pathlib import Path
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.table import Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import TableUpdate
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
 from tables.errors import DorisError, SchemaChanged, TxnAborted, TxnStateError
@@ -341,7 +344,8 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
         summary[GROUP_PROPERTY] = ",".join(str(t) for t in (pending.txn_id, *pending.group))
     for attempt in range(3):
         try:
-            handle.iceberg.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
+            with _CachedMetadataTransaction(handle.iceberg) as tx:
+                tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
             return
         except CommitFailedException:
             if attempt == 2:
@@ -377,6 +381,26 @@ def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:
             for data_file in new:
                 if data_file.record_count > 0:
                     overwrite.append_data_file(data_file)
+
+
+class _CachedMetadataTransaction(Transaction):
+    """`Table.add_files`'s transaction, computing its staged metadata once per change instead of per read.
+
+    pyiceberg's `Transaction.table_metadata` re-applies the staged updates and deep-copies the whole
+    metadata (every snapshot) on each read, and one append reads it more than a dozen times: commit
+    time grew with the snapshot count (23 → 70 ms over 150 one-row loads; 14 → 24 ms with this cache).
+    The metadata models are frozen, and the cache is dropped whenever the table or the staged updates change.
+    """
+
+    _cached: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        base, updates = self._table.metadata, self._updates
+        cached = self._cached
+        if cached is None or cached[0] is not base or cached[1] is not updates:
+            cached = self._cached = (base, updates, super().table_metadata)
+        return cached[2]
 
 
 def _fsync_files(files: list[str], directory: Path) -> None:

@@ -1,0 +1,54 @@
+"""A tiny rowset's file written from the Spark job's result, without Spark's file-commit protocol.
+
+For a load of a few rows, Spark's Parquet write (output committer, temporary directories, task and job
+commits, writer set-up) costs more than computing the rows. The Spark job still produces the rowset:
+its rows come back as Arrow (`toArrow`, the job's action, which also fills the load's observations)
+and are written as one Parquet file the way Spark writes it: one file even when no row is left, Spark's
+nullability and physical types, Iceberg field ids, snappy pages, the job's row order (sorted by key).
+Only inline sources (`inline_csv`, INSERT ... VALUES) qualify: their size is known to be small.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+
+FIELD_ID = b"PARQUET:field_id"
+_MARK = "_sl_small_source"
+
+
+def mark_small(source: DataFrame) -> DataFrame:
+    """Mark a load source as small (an inline relation of a few rows): its rowset may take `write_collected`."""
+    setattr(source, _MARK, True)
+    return source
+
+
+def is_small(source: DataFrame) -> bool:
+    return bool(getattr(source, _MARK, False))
+
+
+def write_collected(out: DataFrame, directory: Path) -> list[str]:
+    """Run `out` (the rowset, one partition) and write its rows to a new `directory`; returns the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    spark_fields = {f.name: f for f in out.schema.fields}
+    rows = out.toArrow()
+    schema = pa.schema(
+        [
+            pa.field(
+                f.name,
+                f.type,
+                nullable=spark_fields[f.name].nullable,
+                metadata={FIELD_ID: str(spark_fields[f.name].metadata["parquet.field.id"]).encode()},
+            )
+            for f in rows.schema
+        ]
+    )
+    directory.mkdir(parents=True, exist_ok=False)  # like Spark's `errorifexists`
+    path = directory / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
+    pq.write_table(rows.cast(schema), str(path), compression="snappy", store_decimal_as_integer=True)
+    return [str(path)]

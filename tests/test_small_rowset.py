@@ -1,0 +1,62 @@
+"""A tiny load's rowset file, written from the Spark job's rows, is the file Spark itself would write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_runner import small_rowset
+from tests.helpers import DorisClient, assert_doris_result
+
+COLUMNS = (
+    "k INT NOT NULL, a TINYINT, b SMALLINT, c BIGINT, l LARGEINT, f FLOAT, g DOUBLE, d1 DECIMAL(5,2), "
+    "d2 DECIMAL(15,3), d3 DECIMAL(20,3), dt DATE, ts DATETIME, ch CHAR(3), vc VARCHAR(10), s STRING, bo BOOLEAN"
+)
+BODY = (
+    "2,1,2,3,12345678901234567890,1.5,2.25,123.45,123456789012.125,12345678901234567.125,2024-02-29,"
+    "2024-02-29 12:34:56,ab,hello,world,true\n"
+    "1,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N\n"
+    "3,x,1,1,1,1,1,1,1,1,1,1,1,1,1,1\n"
+)
+
+
+def rowset(server_settings: Any, db: str, table: str) -> pq.ParquetFile:
+    files = list(server_settings.resolved_warehouse.rglob(f"{db}/{table}/data/*/*.parquet"))
+    assert len(files) == 1
+    return pq.ParquetFile(files[0])
+
+
+def layout(file: pq.ParquetFile) -> list[str]:
+    """Physical types, logical types, repetition and field id of every column (the root's name aside)."""
+    return str(file.schema).splitlines()[2:]
+
+
+def test_small_rowset_matches_sparks_file(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: dict[str, list[str]] = {}
+    real = small_rowset.write_collected
+
+    def spy(out: Any, directory: Any) -> list[str]:
+        written[directory.parent.parent.name] = files = real(out, directory)
+        return files
+
+    monkeypatch.setattr(small_rowset, "write_collected", spy)
+    is_small = small_rowset.is_small
+    for table, direct in (("by_spark", False), ("direct", True)):
+        monkeypatch.setattr(small_rowset, "is_small", is_small if direct else lambda source: False)
+        doris.sql(db, f"CREATE TABLE {table} ({COLUMNS}) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 4")
+        reply = doris.stream_load(
+            db, table, BODY, headers={"column_separator": ",", "label": table, "max_filter_ratio": "1"}
+        )
+        assert_doris_result(reply, total=3, loaded=3)
+    assert list(written) == ["direct"]  # only the small path wrote its own file
+    spark_file, direct_file = rowset(server_settings, db, "by_spark"), rowset(server_settings, db, "direct")
+    assert layout(direct_file) == layout(spark_file)
+    assert direct_file.read().column("k").to_pylist() == [1, 2, 3]  # sorted by key
+    assert spark_file.read().equals(direct_file.read().cast(spark_file.schema_arrow))
+    assert doris.rows(db, "select * from direct order by k") == doris.rows(db, "select * from by_spark order by k")
+    doris.sql(db, "INSERT INTO direct (k, vc) VALUES (5, 'v')")
+    assert doris.rows(db, "select k, vc from direct where k = 5") == [[5, "v"]]
