@@ -60,14 +60,15 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     A small body is split in Python into an inline table (`inline_csv`), a large one with simple framing
     by pyarrow (`arrow_csv`); any other by Spark, line by line.
     """
-    # a directory of bodies (a group commit's) takes the text path
-    lines = inline_csv.split_body(path, plan) if path.is_file() else None
+    # a directory of bodies (a group commit's) or a glob (a broker load's) takes the text path
+    single = Path(path).is_file()
+    lines = inline_csv.split_body(Path(path), plan) if single else None
     if lines is not None:
         raw = [arrow_csv.field_name(i) for i in range(len(plan.source_fields))]
         inline = inline_csv.inline_source(spark, lines, plan, [POS, LINE, NCOLS, *raw])
         if inline is not None:
             return small_rowset.mark_small(inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw)))
-    staged = arrow_csv.stage_fields(path, plan) if path.is_file() else None
+    staged = arrow_csv.stage_fields(Path(path), plan) if single else None
     if staged is not None:
         return _arrow_fields_source(spark, staged, plan)
     req = plan.request
