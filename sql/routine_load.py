@@ -186,15 +186,9 @@ def _raw_until_clause(cur: Cursor) -> str:
 
 
 def _parenthesised_raw(cur: Cursor) -> str:
-    open_tok = cur.expect_type(TokenType.L_PAREN, "(")
-    depth = 1
-    while depth:
-        tok = cur.next()
-        if tok.token_type == TokenType.L_PAREN:
-            depth += 1
-        elif tok.token_type == TokenType.R_PAREN:
-            depth -= 1
-    close_tok = cur.tokens[cur.i - 1]
+    start = cur.i
+    cur.skip_parens()
+    open_tok, close_tok = cur.tokens[start], cur.tokens[cur.i - 1]
     return cur.text[open_tok.end + 1 : close_tok.start].strip()
 
 
