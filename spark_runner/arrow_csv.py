@@ -19,7 +19,7 @@ also reports rows with the wrong field count.
 from __future__ import annotations
 
 import logging
-import mmap
+from collections.abc import Iterator
 from pathlib import Path
 
 from spark_runner.planning import LoadPlan
@@ -27,9 +27,13 @@ from spark_runner.planning import LoadPlan
 log = logging.getLogger(__name__)
 
 MIN_BYTES = 1 << 20  # below this the text path is as fast and the staging file is pure overhead
-BLOCK_BYTES = 1 << 24  # pyarrow reads and parses this much at a time
+SEGMENT_BYTES = 1 << 22  # whole lines parsed at a time: the split's memory is a few segments, whatever the body
 ROW_GROUP_ROWS = 1 << 19  # several row groups, so Spark splits the file evenly over its cores
 BOM = b"\xef\xbb\xbf"
+
+
+class TextPath(Exception):
+    """The body needs the text path (found while reading it)."""
 
 
 def field_name(i: int) -> str:
@@ -58,25 +62,38 @@ def eligible(plan: LoadPlan, size: int) -> bool:
     )
 
 
-def _body_start(path: Path, skip_lines: int) -> int | None:
-    """Byte offset after the first `skip_lines` lines, or None when the body needs the text path
-    (a `\\r` anywhere, a byte-order mark on the first line read, fewer lines than to skip)."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body:
-        if body.find(b"\r") >= 0:
-            return None
-        offset = 0
+def _segments(path: Path, skip_lines: int) -> Iterator[bytes]:
+    """The body after its first `skip_lines` lines, as runs of whole lines of about SEGMENT_BYTES each.
+
+    Raises:
+        TextPath: a `\r` anywhere, a byte-order mark on the first line read, fewer lines than to skip.
+    """
+    with open(path, "rb") as body:
         for _ in range(skip_lines):
-            end = body.find(b"\n", offset)
-            if end < 0:
-                return None
-            offset = end + 1
-        if body[offset : offset + len(BOM)] == BOM:
-            return None
-        return offset
+            if not body.readline().endswith(b"\n"):
+                raise TextPath("fewer lines than skip_lines")
+        rest = b""
+        first = True
+        while True:
+            chunk = body.read(SEGMENT_BYTES)
+            if b"\r" in chunk:
+                raise TextPath("a carriage return")
+            data = rest + chunk if rest else chunk
+            if first and data.startswith(BOM):
+                raise TextPath("a byte-order mark")
+            first = False
+            if not chunk:
+                if data:
+                    yield data
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut]
+            rest = data[cut:]
 
 
 def stage_fields(path: Path, plan: LoadPlan) -> Path | None:
-    """Split the staged body into string fields with pyarrow and write them as Parquet.
+    """Split the staged body into string fields with pyarrow and write them as Parquet, a segment at a time.
 
     Returns the Parquet file, or None when the body must take the text path.
     """
@@ -84,41 +101,36 @@ def stage_fields(path: Path, plan: LoadPlan) -> Path | None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    size = path.stat().st_size
-    if not eligible(plan, size):
-        return None
-    start = _body_start(path, plan.request.skip_lines)
-    if start is None:
+    if not eligible(plan, path.stat().st_size):
         return None
     names = [field_name(i) for i in range(len(plan.source_fields))]
+    read = pacsv.ReadOptions(column_names=names)
+    parse = pacsv.ParseOptions(
+        delimiter=plan.request.column_separator,
+        quote_char=False,
+        escape_char=False,
+        newlines_in_values=False,
+        ignore_empty_lines=True,
+        invalid_row_handler=lambda row: "error",  # a wrong field count: the text path reports it
+    )
+    convert = pacsv.ConvertOptions(
+        column_types={n: pa.string() for n in names},
+        null_values=[],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+    schema = pa.schema([(n, pa.string()) for n in names])
     out = staging_path(path)
     try:
-        with pa.OSFile(str(path)) as raw:
-            raw.seek(start)
-            reader = pacsv.open_csv(
-                raw,
-                read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
-                parse_options=pacsv.ParseOptions(
-                    delimiter=plan.request.column_separator,
-                    quote_char=False,
-                    escape_char=False,
-                    newlines_in_values=False,
-                    ignore_empty_lines=True,
-                    invalid_row_handler=lambda row: "error",  # a wrong field count: the text path reports it
-                ),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={n: pa.string() for n in names},
-                    null_values=[],
-                    strings_can_be_null=False,
-                    quoted_strings_can_be_null=False,
-                ),
-            )
-            with pq.ParquetWriter(
-                str(out), reader.schema, compression="none", use_dictionary=False, write_statistics=False
-            ) as writer:
-                for batch in reader:
-                    writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-    except (pa.ArrowException, OSError) as exc:  # invalid UTF-8, a wrong field count, an empty body
+        with pq.ParquetWriter(
+            str(out), schema, compression="none", use_dictionary=False, write_statistics=False
+        ) as writer:
+            for segment in _segments(path, plan.request.skip_lines):
+                table = pacsv.read_csv(
+                    pa.py_buffer(segment), read_options=read, parse_options=parse, convert_options=convert
+                )
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    except (TextPath, pa.ArrowException, OSError) as exc:  # invalid UTF-8, a wrong field count, an empty body
         log.debug("text path for %s: %s", path.name, exc)
         out.unlink(missing_ok=True)
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,20 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+def with_fixed_heap(conf: dict[str, str]) -> dict[str, str]:
+    """The driver's heap is allocated and touched whole at start (`-Xms` = `-Xmx`, pre-touched).
+
+    The server's footprint is then fixed when it starts: Spark's sort and shuffle buffers live in that
+    heap (spilling to disk beyond it), so a load of any size does not grow the process. Java options the
+    operator sets (`spark.driver.extraJavaOptions`) replace this.
+    """
+    size = re.fullmatch(r"(\d+)([kmgt]?)b?", conf.get("spark.driver.memory", "").strip().lower())
+    if "spark.driver.extraJavaOptions" in conf or size is None:
+        return conf
+    heap = size[1] + (size[2] or "m")  # Spark reads a bare number as MiB, the JVM as bytes
+    return {**conf, "spark.driver.extraJavaOptions": f"-Xms{heap} -XX:+AlwaysPreTouch"}
+
+
 def build_session(
     *, master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "doris-stream-load"
 ) -> SparkSession:
@@ -47,7 +62,7 @@ def build_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
     spark_conf = SparkConf().setMaster(master).setAppName(app_name)
-    for key, value in {**BASE_CONF, **(conf or {})}.items():
+    for key, value in with_fixed_heap({**BASE_CONF, **(conf or {})}).items():
         spark_conf.set(key, value)
     if SparkContext._active_spark_context is None:
         gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
