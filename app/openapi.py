@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
 from loaders.headers import COMPRESS_TYPES, MAX_TIMEOUT_S
-from tables.load_spec import LoadResult
+from tables.load_spec import GROUP_COMMIT_OMITS, LoadResult
 
 SPEC_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
 BASIC = "basicAuth"
@@ -222,8 +222,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components["securitySchemes"] = {
         BASIC: {"type": "http", "scheme": "basic", "description": "Users root and admin, password SL_ROOT_PASSWORD."}
     }
-    # Doris always sends these reply fields; the optional ones (ErrorURL, ...) only when they have a value
-    defs["LoadResult"]["required"] = [f.alias for f in LoadResult.model_fields.values() if f.default is not None]
+    # Doris always sends these reply fields (but a group-commit reply lacks a few); the optional ones
+    # (ErrorURL, ...) only when they have a value
+    defs["LoadResult"]["required"] = [
+        f.alias for f in LoadResult.model_fields.values() if f.default is not None and f.alias not in GROUP_COMMIT_OMITS
+    ]
     for path, operations in schema["paths"].items():
         for operation in operations.values():
             operation["security"] = [] if path in PUBLIC_PATHS else [{BASIC: []}]

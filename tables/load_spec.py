@@ -72,6 +72,8 @@ class LoadRequest(BaseModel):
     group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
 
 
+GROUP_COMMIT_OMITS = ("TwoPhaseCommit", "BeginTxnTimeMs", "CommitAndPublishTimeMs")  # absent from its replies
+
 Status = Literal["Success", "Publish Timeout", "Label Already Exists", "Fail"]
 
 
