@@ -158,7 +158,8 @@ class TableWriter:
             if pending.files:
                 _fsync_files(pending.files, pending.directory)
             if two_phase:
-                if not self._txns.transition(txn_id, (PREPARE,), PRECOMMITTED):
+                schema = planned.schema_version if planned is not None else None
+                if not self._txns.transition(txn_id, (PREPARE,), PRECOMMITTED, schema_version=schema):
                     raise self._aborted(txn_id)
                 return
             with turnstile.turn(version), self._deciding(txn_id):
@@ -209,6 +210,7 @@ class TableWriter:
         directory = handle.location / "data" / f"txn_{txn.txn_id}"
         try:
             with turnstile.turn(version), self._deciding(txn.txn_id):
+                self._abort_if_schema_changed(handle, txn.txn_id, directory)
                 if not self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), COMMITTED):
                     current = self._txns.get(txn.txn_id)
                     raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
@@ -224,6 +226,29 @@ class TableWriter:
                 self._txns.set_state(txn.txn_id, VISIBLE)
         finally:
             turnstile.done(version)
+
+    def _abort_if_schema_changed(self, handle: TableHandle, txn_id: int, directory: Path) -> None:
+        """A precommitted load whose table changed schema since it was planned cannot be published: its
+        files lack what the change added. It is aborted, as a running load would fail at its commit.
+
+        Raises:
+            TxnStateError: ABORTED, with the reason.
+        """
+        current = self._txns.get(txn_id)
+        if current is None or current.state != PRECOMMITTED or current.schema_version is None:
+            return
+        handle.iceberg.refresh()
+        now = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY]).schema_version
+        if now == current.schema_version:
+            return
+        reason = (
+            f"the schema of table {handle.definition.name} changed after the load was precommitted (schema "
+            f"version {current.schema_version} → {now}); no data was loaded, retry the load"
+        )
+        if self._txns.transition(txn_id, (PRECOMMITTED,), ABORTED, reason=reason):
+            shutil.rmtree(directory, ignore_errors=True)
+        latest = self._txns.get(txn_id)
+        raise TxnStateError(latest.state if latest else UNKNOWN, latest.reason if latest else reason)
 
     def alter(
         self,

@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS txns (
     created REAL NOT NULL,
     finished REAL,
     reason TEXT,
-    precommitted REAL
+    precommitted REAL,
+    schema_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS txns_label ON txns (db, label);
 """
@@ -48,6 +49,7 @@ class Txn:
     finished: float | None
     reason: str | None = None
     precommitted: float | None = None
+    schema_version: int | None = None  # of the table the load was planned on (2PC: checked at commit)
 
 
 class TransactionStore:
@@ -60,7 +62,11 @@ class TransactionStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
         present = {row[1] for row in self._conn.execute("PRAGMA table_info(txns)")}
-        for column in ("reason TEXT", "precommitted REAL"):  # tables created before these columns existed
+        for column in (
+            "reason TEXT",
+            "precommitted REAL",
+            "schema_version INTEGER",
+        ):  # tables created before these columns existed
             if column.split()[0] not in present:
                 self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
         self._lock = threading.Lock()
@@ -106,16 +112,27 @@ class TransactionStore:
         with self._lock:
             self._conn.execute("UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id))
 
-    def transition(self, txn_id: int, expect: tuple[str, ...], state: str, *, reason: str | None = None) -> bool:
-        """Move a transaction to `state` only if it is in one of `expect`; True when it moved."""
+    def transition(
+        self,
+        txn_id: int,
+        expect: tuple[str, ...],
+        state: str,
+        *,
+        reason: str | None = None,
+        schema_version: int | None = None,
+    ) -> bool:
+        """Move a transaction to `state` only if it is in one of `expect`; True when it moved.
+
+        A precommit records the schema version its files were written with."""
         now = time.time()
         marks = ", ".join("?" for _ in expect)
         stamp = ", precommitted = ?" if state == PRECOMMITTED else ", finished = ?"
         with self._lock:
             cur = self._conn.execute(
-                f"UPDATE txns SET state = ?, reason = coalesce(?, reason){stamp} "
+                f"UPDATE txns SET state = ?, reason = coalesce(?, reason), "
+                f"schema_version = coalesce(?, schema_version){stamp} "
                 f"WHERE txn_id = ? AND state IN ({marks})",
-                (state, reason, now, txn_id, *expect),
+                (state, reason, schema_version, now, txn_id, *expect),
             )
         return cur.rowcount == 1
 

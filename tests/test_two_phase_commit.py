@@ -105,6 +105,23 @@ def test_abort_by_label_discards_the_rows_and_frees_the_label(doris: DorisClient
     assert doris.rows(db, "SELECT k, v FROM t") == [[6, "kept"]]
 
 
+def test_commit_after_a_schema_change_aborts_the_precommitted_load(doris: DorisClient, db: str) -> None:
+    doris.sql(db, DDL)
+    assert_doris_result(doris.stream_load(db, "t", "1,kept\n", {"column_separator": ","}))
+    txn = assert_doris_result(precommit(doris.http, db, "before_alter", "2,old-schema\n"))["TxnId"]
+    doris.sql(db, "ALTER TABLE t ADD COLUMN n INT DEFAULT '7'")
+    reply = operate(doris.http, db, "commit", txn_id=txn)
+    assert reply["status"] == "ANALYSIS_ERROR"
+    assert reply["msg"].startswith(f"TStatus: errCode = 2, detailMessage = transaction [{txn}] is already aborted.")
+    assert "changed after the load was precommitted" in reply["msg"]
+    assert load_state(doris.http, db, "before_alter") == "ABORTED"
+    assert doris.rows(db, "SELECT k, v, n FROM t ORDER BY k") == [[1, "kept", 7]]
+    # a load precommitted on the new schema commits
+    txn2 = assert_doris_result(precommit(doris.http, db, "after_alter", "3,new-schema,5\n"))["TxnId"]
+    assert operate(doris.http, db, "commit", txn_id=txn2)["status"] == "Success"
+    assert doris.rows(db, "SELECT k, v, n FROM t ORDER BY k") == [[1, "kept", 7], [3, "new-schema", 5]]
+
+
 @pytest.mark.parametrize(
     "operation, txn_id, label, status, msg",
     [
