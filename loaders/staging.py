@@ -50,6 +50,7 @@ async def stage_payload(
 
 CHUNK = 1 << 20
 MIB = 1024 * 1024
+ZSTD_READ = 8 * 1024
 
 
 def body_too_large(max_bytes: int, size: int | None = None) -> str:
@@ -70,7 +71,8 @@ def _zstd_frames(raw: BinaryIO) -> Iterator[bytes]:
     import zstandard
 
     decoder = None
-    while chunk := raw.read(CHUNK):
+    # small reads bound what one call can expand to (a zstd block holds up to 128 KiB from a few bytes)
+    while chunk := raw.read(ZSTD_READ):
         while chunk:
             if decoder is None:
                 decoder = zstandard.ZstdDecompressor().decompressobj()
@@ -83,7 +85,9 @@ def _zstd_frames(raw: BinaryIO) -> Iterator[bytes]:
 def _deflate(raw: BinaryIO) -> Iterator[bytes]:
     decoder = zlib.decompressobj()
     while chunk := raw.read(CHUNK):
-        yield decoder.decompress(chunk)
+        while chunk:
+            yield decoder.decompress(chunk, CHUNK)  # at most CHUNK out per call; the rest stays in the tail
+            chunk = decoder.unconsumed_tail
     yield decoder.flush()
     if not decoder.eof:
         raise _Truncated("the deflate stream is incomplete")
