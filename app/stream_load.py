@@ -18,7 +18,7 @@ from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse, load_error_result
 from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
 from loaders.headers import parse_load_request
-from loaders.staging import decompress_staged, stage_payload
+from loaders.staging import body_too_large, decompress_staged, stage_payload
 from tables.errors import DorisError
 from tables.load_spec import LoadResult
 
@@ -26,8 +26,8 @@ router = APIRouter()
 log = logging.getLogger(__name__)
 
 
-def check_body_framing(request: Request) -> int | None:
-    """Exactly one of Content-Length and chunked (contract §1.3); returns the announced length.
+def check_body_framing(request: Request, max_bytes: int) -> int | None:
+    """Exactly one of Content-Length and chunked (contract §1.3), within the size limit; returns the length.
 
     Raises:
         BadRequest.
@@ -41,6 +41,8 @@ def check_body_framing(request: Request) -> int | None:
             "content_length is empty and transfer-encoding!=chunked, please set content_length or "
             "transfer-encoding=chunked"
         )
+    if length is not None and int(length) > max_bytes:  # refused from the header, before the transaction
+        raise BadRequest(body_too_large(max_bytes, int(length)), code="EXCEEDED_LIMIT")
     return int(length) if length is not None else None
 
 
@@ -50,7 +52,7 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
     comment = request.headers.get("comment", "")
     try:
         check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
-        expected = check_body_framing(request)
+        expected = check_body_framing(request, services.settings.max_body_bytes)
         load = parse_load_request(db, table, request.headers)
         label = load.label
         prepared = await run_in_threadpool(services.loads.prepare, load)

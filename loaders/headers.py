@@ -2,7 +2,8 @@
 
 Header names are case-insensitive; unknown headers are ignored, as Doris does, and so are the ones that only
 tune Doris internals (`exec_mem_limit`, `send_batch_parallelism`, `load_to_single_tablet`,
-`memtable_on_sink_node`, `fuzzy_parse`, `num_as_string`: every value is read as text already).
+`memtable_on_sink_node`, `fuzzy_parse`, `num_as_string`: every value is read as text already), though the
+integer ones must parse as Doris parses them. Booleans follow Doris: any value other than `true` is false.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ NOT_BUILT_COMPRESSION = ("LZO", "LZOP", "LZ4_BLOCK", "SNAPPY_BLOCK")
 
 
 def parse_compression(
-    compress_type: str | None, content_encoding: str | None
+    compress_type: str | None, content_encoding: str | None, *, format_header: str = ""
 ) -> Literal["gz", "bz2", "lz4", "zstd", "deflate"] | None:
     """`compress_type`, else `Content-Encoding` (doris-streamloader sends both for one layer: the header wins).
 
@@ -64,7 +65,11 @@ def parse_compression(
             return COMPRESS_TYPES[upper]
         if upper in NOT_BUILT_COMPRESSION:
             raise BadHeader(f"compress_type {compress_type} is not supported by this server yet")
-        raise BadHeader(f"unknown compress type: {compress_type}")
+        # Doris's parse_format finds no format for an unknown compression and names the format header;
+        # the compress_type is added so the message names the header at fault
+        raise BadHeader(
+            f"unknown data format, format={format_header}, compress_type={compress_type}", code="DATA_FILE_TYPE_ERROR"
+        )
     encoding = (content_encoding or "").strip().lower()
     if encoding in ("", "identity"):
         return None
@@ -82,9 +87,9 @@ def parse_jsonpaths(text: str) -> tuple[str, ...]:
     try:
         paths = json.loads(text)
     except ValueError:
-        raise BadHeader(f"Invalid jsonpaths: {text}") from None
+        raise BadHeader(f"Invalid json path: {text}") from None
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("$") for p in paths):
-        raise BadHeader(f"Invalid jsonpaths: {text}")
+        raise BadHeader(f"Invalid json path: {text}")
     return tuple("$" if p in ("$", "$.") else p for p in paths)
 
 
@@ -119,8 +124,24 @@ def _single_char(headers: Mapping[str, str], name: str) -> str | None:
         return None
     value = decode_separator(raw, header=name)
     if len(value.encode()) != 1:
-        raise BadHeader(f"{name} must be single-char, but got {raw}")
+        raise BadHeader(f"{name} must be single-char, actually is {raw}")
     return value
+
+
+# tuning headers Doris parses as integers (std::stoll / stoi) and otherwise ignores here
+_INTEGER_HEADERS = {
+    "exec_mem_limit": "Invalid mem limit format, stoll",
+    "send_batch_parallelism": "Invalid send_batch_parallelism format",
+    "load_stream_per_node": "Invalid load_stream_per_node format",
+}
+
+
+def _check_integers(headers: Mapping[str, str]) -> None:
+    """Raises: BadHeader when a tuning header is not an integer (Doris's message)."""
+    for name, message in _INTEGER_HEADERS.items():
+        value = _get(headers, name)
+        if value and not re.match(r"^[+-]?\d", value):
+            raise BadHeader(message)
 
 
 def validate_label(label: str) -> str:
@@ -147,14 +168,18 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     elif fmt == "arrow":
         raise BadHeader("format arrow is not supported by this server yet; use csv, json, parquet or orc")
     elif fmt not in ("csv", "json", "parquet", "orc"):
-        raise BadHeader(f"unknown data format, format={_get(headers, 'format')}")
+        raise BadHeader(f"unknown data format, format={_get(headers, 'format')}", code="DATA_FILE_TYPE_ERROR")
     raw_skip = _get(headers, "skip_lines")
     if raw_skip and not skip_lines:
+        if re.fullmatch(r"-\d+", raw_skip):
+            raise BadHeader(f"Invalid 'skip_lines': {raw_skip}")
         if not raw_skip.isdigit():
             raise BadHeader(f"skip_lines must be a non-negative integer, got {raw_skip}")
         skip_lines = int(raw_skip)
 
-    compression = parse_compression(_get(headers, "compress_type"), headers.get("content-encoding"))
+    compression = parse_compression(
+        _get(headers, "compress_type"), headers.get("content-encoding"), format_header=_get(headers, "format") or ""
+    )
     for name, feature in _NOT_YET.items():
         if _get(headers, name):
             raise BadHeader(f"header {feature} is not supported by this server yet")
@@ -166,6 +191,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
                 f"Invalid unique_key_partial_mode {mode_raw}, must be one of 'UPSERT', 'UPDATE_FIXED_COLUMNS' "
                 "or 'UPDATE_FLEXIBLE_COLUMNS'"
             )
+        if mode == "UPDATE_FLEXIBLE_COLUMNS" and fmt != "json":
+            raise BadHeader("flexible partial update only support json format as input file currently")
         if mode == "UPDATE_FLEXIBLE_COLUMNS":
             raise BadHeader("unique_key_update_mode UPDATE_FLEXIBLE_COLUMNS is not supported by this server yet")
         partial_columns = mode == "UPDATE_FIXED_COLUMNS"
@@ -174,12 +201,17 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     behavior_raw = _get(headers, "partial_update_new_key_behavior")
     behavior = (behavior_raw or "APPEND").upper()
     if behavior not in ("APPEND", "ERROR"):
-        raise BadHeader(f"Invalid partial_update_new_key_behavior {behavior_raw}, must be one of {{'APPEND', 'ERROR'}}")
+        raise BadHeader(f"Invalid partial_update_new_key_behavior {behavior}, must be one of {{'APPEND', 'ERROR'}}")
     # compared as the exact string, as the BE does: `True` is not two-phase
     two_phase_commit = _get(headers, "two_phase_commit") == "true"
     group_commit = _get(headers, "group_commit")
     if group_commit and group_commit.lower() not in ("async_mode", "sync_mode", "off_mode"):
         raise BadHeader("group_commit can only be [async_mode, sync_mode, off_mode]")
+    # Doris uses group commit only for plain loads; there a label of the client's own is refused
+    plain = not two_phase_commit and not partial_columns and mode_raw is None
+    if group_commit and group_commit.lower() != "off_mode" and plain and _get(headers, "label"):
+        raise BadHeader("label and group_commit can't be set at the same time")
+    _check_integers(headers)
 
     merge_raw = _get(headers, "merge_type")
     try:

@@ -6,7 +6,7 @@ import bz2
 import gzip
 import os
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,9 +35,7 @@ async def stage_payload(
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:
-                    raise BadRequest(
-                        f"The size of this load exceeds the limit: body exceed max size: {max_bytes} bytes"
-                    )
+                    raise BadRequest(body_too_large(max_bytes), code="EXCEEDED_LIMIT")
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
@@ -51,6 +49,48 @@ async def stage_payload(
 
 
 CHUNK = 1 << 20
+MIB = 1024 * 1024
+ZSTD_READ = 8 * 1024
+
+
+def body_too_large(max_bytes: int, size: int | None = None) -> str:
+    """Doris's text for a body past `streaming_load_max_mb` (a chunked body's size is not known up front)."""
+    got = f"body size {size} bytes ({size / MIB:.2f} MiB)" if size is not None else "body size"
+    return (
+        f"{got} exceeds the limit of {max_bytes} bytes ({max_bytes / MIB:g} MiB) set by BE's conf "
+        "streaming_load_max_mb. Increase it if you are sure this load is reasonable"
+    )
+
+
+class _Truncated(Exception):
+    """The compressed stream ended before its end marker."""
+
+
+def _zstd_frames(raw: BinaryIO) -> Iterator[bytes]:
+    """Every frame of a zstd body, in order; a body that stops inside a frame is an error."""
+    import zstandard
+
+    decoder = None
+    # small reads bound what one call can expand to (a zstd block holds up to 128 KiB from a few bytes)
+    while chunk := raw.read(ZSTD_READ):
+        while chunk:
+            if decoder is None:
+                decoder = zstandard.ZstdDecompressor().decompressobj()
+            yield decoder.decompress(chunk)
+            chunk, decoder = (decoder.unused_data, None) if decoder.eof else (b"", decoder)
+    if decoder is not None:
+        raise _Truncated("the zstd frame is incomplete")
+
+
+def _deflate(raw: BinaryIO) -> Iterator[bytes]:
+    decoder = zlib.decompressobj()
+    while chunk := raw.read(CHUNK):
+        while chunk:
+            yield decoder.decompress(chunk, CHUNK)  # at most CHUNK out per call; the rest stays in the tail
+            chunk = decoder.unconsumed_tail
+    yield decoder.flush()
+    if not decoder.eof:
+        raise _Truncated("the deflate stream is incomplete")
 
 
 def _reader(kind: str, raw: BinaryIO) -> Any:
@@ -62,11 +102,13 @@ def _reader(kind: str, raw: BinaryIO) -> Any:
         import lz4.frame
 
         return lz4.frame.LZ4FrameFile(raw)
-    if kind == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
     raise ValueError(kind)
+
+
+def _read_all(reader: Any) -> Iterator[bytes]:
+    with reader:
+        while chunk := reader.read(CHUNK):
+            yield chunk
 
 
 def decompress_staged(staged: StagedPayload, kind: str | None, *, max_bytes: int) -> StagedPayload:
@@ -81,20 +123,16 @@ def decompress_staged(staged: StagedPayload, kind: str | None, *, max_bytes: int
     size = 0
     try:
         with open(staged.path, "rb") as raw, open(plain, "wb") as out:
-            if kind == "deflate":
-                decoder = zlib.decompressobj()
-                while chunk := raw.read(CHUNK):
-                    data = decoder.decompress(chunk)
-                    size += len(data)
-                    out.write(data)
-                out.write(decoder.flush())
+            # zlib and zstd objects do not notice a stream cut short: these two check their end marker
+            if kind in ("deflate", "zstd"):
+                chunks: Iterator[bytes] = _deflate(raw) if kind == "deflate" else _zstd_frames(raw)
             else:
-                with _reader(kind, raw) as reader:
-                    while chunk := reader.read(CHUNK):
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise BadRequest(f"decompressed body exceeds the limit of {max_bytes} bytes")
-                        out.write(chunk)
+                chunks = _read_all(_reader(kind, raw))
+            for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BadRequest(f"decompressed body exceeds the limit of {max_bytes} bytes", code="EXCEEDED_LIMIT")
+                out.write(chunk)
     except BadRequest:
         plain.unlink(missing_ok=True)
         raise

@@ -141,40 +141,79 @@ def _quoted_split(req: LoadRequest, expected: int) -> str:
     return f"filter(array({fields}), x -> x IS NOT NULL)"
 
 
+NOT_ARRAY = "JSON data is not an array-object, `strip_outer_array` must be FALSE."
+IS_ARRAY = "JSON data is array-object, `strip_outer_array` must be TRUE."
+
+
 def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged JSON body: one object per line, or one array of objects (`strip_outer_array`).
 
     `json_root` picks the node to read from; `jsonpaths` extract the source fields in order, else keys are
     matched to the source names. A missing key is NULL; every value is read as text so the same conversions
-    as CSV apply. A record that is not a JSON object is filtered.
+    as CSV apply. A record that is not a JSON object is filtered, with the reason Doris's JSON reader gives.
     """
     req = plan.request
     names = plan.source_fields
     root = f"get_json_object(value, {lit(req.json_root)})" if req.json_root else "value"
+    # the node json_root names is absent from a document that parses
+    no_root = "get_json_object(value, '$') IS NOT NULL AND __root IS NULL" if req.json_root else "false"
     if req.strip_outer_array:
-        text = spark.read.text(str(path), wholetext=True)
-        docs = text.selectExpr(f"posexplode_outer(from_json({root}, 'array<string>')) AS ({POS}, __doc)")
+        text = spark.read.text(str(path), wholetext=True).where("trim(value) != ''")
+        rooted = text.selectExpr("value", f"{root} AS __root")
+        # a body that is no array still gives one row, so that it is counted and filtered
+        elements = "coalesce(from_json(__root, 'array<string>'), array(CAST(NULL AS STRING)))"
+        docs = rooted.selectExpr("value", "__root", f"posexplode({elements}) AS ({POS}, __doc)")
+        reason = (
+            f"CASE WHEN {no_root} THEN 'JSON Root not found.' "
+            f"WHEN json_array_length(__root) IS NULL AND json_object_keys(__root) IS NOT NULL THEN {lit(NOT_ARRAY)} "
+            "WHEN json_object_keys(__doc) IS NULL THEN 'Parse json data failed' END"
+        )
+        line = "coalesce(__doc, __root, value)"
     else:
         text = spark.read.text(str(path), lineSep=req.line_delimiter).where("trim(value) != ''")
-        docs = text.selectExpr(f"monotonically_increasing_id() AS {POS}", f"{root} AS __doc")
+        docs = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value", f"{root} AS __root").selectExpr(
+            "*", "__root AS __doc"
+        )
+        reason = (
+            f"CASE WHEN {no_root} THEN 'JSON Root not found.' "
+            f"WHEN json_array_length(__doc) IS NOT NULL THEN {lit(IS_ARRAY)} "
+            "WHEN json_object_keys(__doc) IS NULL THEN 'Parse json data failed' END"
+        )
+        line = "coalesce(__doc, value)"
     if req.jsonpaths is not None:
         paths = list(req.jsonpaths) + [None] * (len(names) - len(req.jsonpaths))
         fields = [
             f"get_json_object(__doc, {lit(p)}) AS {_field(i)}" if p else f"CAST(NULL AS STRING) AS {_field(i)}"
             for i, p in enumerate(paths[: len(names)])
         ]
-        valid = "get_json_object(__doc, '$') IS NOT NULL"
     else:
         schema = lit("struct<" + ", ".join(f"{q(n)}: string" for n in names) + ">")
         fields = [f"from_json(__doc, {schema}).{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
-        valid = f"from_json(__doc, {schema}) IS NOT NULL"
-    bad = f"CASE WHEN NOT coalesce({valid}, false) THEN 'Parse json data failed' END AS __bad"
-    return docs.selectExpr(POS, f"__doc AS {LINE}", f"{len(names)} AS {NCOLS}", bad, *fields)
+    return docs.selectExpr(POS, f"{line} AS {LINE}", f"{len(names)} AS {NCOLS}", f"{reason} AS __bad", *fields)
+
+
+def check_columnar_file(path: Path, fmt: str) -> None:
+    """Read the file's footer before Spark does, so a body that is no such file gets a plain reason.
+
+    Raises:
+        LoadError: the body is not a Parquet / ORC file (or its footer is damaged).
+    """
+    import pyarrow.orc as orc
+    import pyarrow.parquet as pq
+
+    try:
+        if fmt == "parquet":
+            pq.read_metadata(str(path))
+        else:
+            orc.ORCFile(str(path))
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError or others for a damaged file
+        raise LoadError(f"the body is not a {fmt} file: {exc}") from None
 
 
 def columnar_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged Parquet or ORC body: columns are matched to the source names (case-insensitive);
     a name the file lacks is NULL. Values go through the same conversions as text."""
+    check_columnar_file(path, plan.request.format)
     frame = spark.read.format(plan.request.format).load(str(path))
     present = {c.lower(): c for c in frame.columns}
     fields = [
@@ -249,7 +288,8 @@ def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool) ->
     if strict and raw is not None:
         checks.append(
             f"CASE WHEN {raw} IS NOT NULL AND {value} IS NULL THEN concat("
-            f"{lit(f'column({name}) value is incorrect in strict mode: [')}, CAST({raw} AS STRING), ']') END"
+            f"{lit(f'column({name}) value is incorrect while strict mode is true, src value is ')}, "
+            f"CAST({raw} AS STRING)) END"
         )
     if not column.nullable:
         checks.append(
