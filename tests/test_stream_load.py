@@ -533,9 +533,10 @@ def test_columnar_bodies_match_columns_by_name(doris: DorisClient, db: str, fmt:
 
 def test_load_past_its_timeout_fails_and_commits_nothing(doris: DorisClient, db: str) -> None:
     doris.sql(db, PLAIN_TABLE)
-    data = "".join(f"{i},v{i % 1000},{i}\n" for i in range(600_000))
+    # a million rows through the slowest CSV path (enclose: Spark's CSV parser per line) take well over 1 s
+    data = "".join(f"{i},v{i % 1000},{i}\n" for i in range(1_000_000))
     body = assert_doris_result(
-        doris.stream_load(db, "t", data, headers={**CSV, "timeout": "1", "label": "too_slow"}),
+        doris.stream_load(db, "t", data, headers={**CSV, "enclose": '"', "timeout": "1", "label": "too_slow"}),
         status="Fail",
         message_contains="[TIMEOUT]load timed out after 1 s",
     )
