@@ -22,6 +22,11 @@ class Settings(BaseSettings):
     warehouse: Path | None = Field(None, description="Warehouse folder; default: data_dir/warehouse.")
     root_password: SecretStr = Field(SecretStr(""), description="Password of the users root and admin.")
     max_body_bytes: int = Field(10240 * 1024 * 1024, description="Largest stream-load body (streaming_load_max_mb).")
+    max_json_body_bytes: int = Field(
+        100 * 1024 * 1024,
+        description="Largest JSON body read as one document (strip_outer_array or read_json_by_line false); "
+        "Doris's streaming_load_json_max_mb.",
+    )
     label_keep_seconds: float = Field(43200.0, description="How long finished labels are kept (12 h, as Doris).")
     sql_row_limit: int = Field(1000, description="Default row limit of the HTTP SQL endpoint.")
     log_level: str = Field("info", description="Server log level.")

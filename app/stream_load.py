@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -16,11 +16,12 @@ from app.auth import check_basic_auth
 from app.deps import Services, ServicesDep
 from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse, load_error_result
+from app.settings import Settings
 from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
 from loaders.headers import parse_load_request
-from loaders.staging import body_too_large, decompress_staged, stage_payload
+from loaders.staging import body_too_large, decompress_staged, json_body_too_large, stage_payload
 from tables.errors import DorisError
-from tables.load_spec import LoadResult
+from tables.load_spec import LoadRequest, LoadResult
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -46,6 +47,14 @@ def check_body_framing(request: Request, max_bytes: int) -> int | None:
     return int(length) if length is not None else None
 
 
+def body_limit(load: LoadRequest, settings: Settings) -> tuple[int, Callable[[int, int | None], str]]:
+    """The largest body of this load and the words for one past it: a JSON body read as one document
+    (not line by line) has Doris's smaller `streaming_load_json_max_mb` limit."""
+    if load.format == "json" and not load.read_json_by_line:
+        return min(settings.max_json_body_bytes, settings.max_body_bytes), json_body_too_large
+    return settings.max_body_bytes, body_too_large
+
+
 async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:
     """Decide from the headers, then stage the body and run the load; every outcome is a `LoadResult`."""
     label = request.headers.get("label", "")
@@ -55,6 +64,9 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         expected = check_body_framing(request, services.settings.max_body_bytes)
         load = parse_load_request(db, table, request.headers)
         label = load.label
+        max_bytes, too_large = body_limit(load, services.settings)
+        if expected is not None and expected > max_bytes:
+            raise BadRequest(too_large(max_bytes, expected), code="EXCEEDED_LIMIT")
         prepared = await run_in_threadpool(services.loads.prepare, load)
     except (LoadError, DorisError) as exc:
         return load_error_result(exc, label=label, comment=comment)
@@ -73,7 +85,7 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
                 await services.pauses.ahit("staging", prepared.plan.table.name)
 
     try:
-        staged = await stage_payload(body(), staging, max_bytes=services.settings.max_body_bytes, expected=expected)
+        staged = await stage_payload(body(), staging, max_bytes=max_bytes, expected=expected, too_large=too_large)
     except LoadError as exc:
         services.loads.abort(prepared)
         return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
@@ -81,9 +93,7 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         services.loads.abort(prepared)
         return load_error_result(BadRequest(f"failed to receive body: {exc}"), label=label, txn_id=prepared.txn_id)
     try:
-        staged = await run_in_threadpool(
-            decompress_staged, staged, prepared.request.compression, max_bytes=services.settings.max_body_bytes
-        )
+        staged = await run_in_threadpool(decompress_staged, staged, prepared.request.compression, max_bytes=max_bytes)
     except LoadError as exc:
         services.loads.abort(prepared)
         services.loads.cleanup_staged(staged.path)

@@ -281,6 +281,12 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         escape=escape,
         empty_field_as_null=_bool(headers, "empty_field_as_null"),
         strip_outer_array=fmt == "json" and strip_outer_array,
+        # newest Doris: when neither header is sent, one object per line; otherwise the header decides
+        read_json_by_line=(
+            _bool(headers, "read_json_by_line")
+            if _get(headers, "read_json_by_line") is not None
+            else _get(headers, "strip_outer_array") is None
+        ),
         jsonpaths=parse_jsonpaths(jsonpaths) if fmt == "json" and (jsonpaths := _get(headers, "jsonpaths")) else None,
         json_root=(_get(headers, "json_root") or None) if fmt == "json" else None,
         partial_columns=partial_columns,

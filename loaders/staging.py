@@ -6,7 +6,7 @@ import bz2
 import gzip
 import os
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,12 +21,18 @@ class StagedPayload:
 
 
 async def stage_payload(
-    chunks: AsyncIterator[bytes], path: Path, *, max_bytes: int, expected: int | None = None
+    chunks: AsyncIterator[bytes],
+    path: Path,
+    *,
+    max_bytes: int,
+    expected: int | None = None,
+    too_large: Callable[[int, int | None], str] | None = None,
 ) -> StagedPayload:
     """Write the body to `path` chunk by chunk.
 
     Raises:
-        BadRequest: the body is larger than `max_bytes`, or shorter than its Content-Length.
+        BadRequest: the body is larger than `max_bytes` (`too_large` words it), or shorter than its
+        Content-Length.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
@@ -35,7 +41,7 @@ async def stage_payload(
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:
-                    raise BadRequest(body_too_large(max_bytes), code="EXCEEDED_LIMIT")
+                    raise BadRequest((too_large or body_too_large)(max_bytes, None), code="EXCEEDED_LIMIT")
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
@@ -59,6 +65,15 @@ def body_too_large(max_bytes: int, size: int | None = None) -> str:
     return (
         f"{got} exceeds the limit of {max_bytes} bytes ({max_bytes / MIB:g} MiB) set by BE's conf "
         "streaming_load_max_mb. Increase it if you are sure this load is reasonable"
+    )
+
+
+def json_body_too_large(max_bytes: int, size: int | None = None) -> str:
+    """Doris's text for a JSON body read whole past `streaming_load_json_max_mb`."""
+    got = f"json body size {size}" if size is not None else "json body size"
+    return (
+        f"{got} exceed BE's conf `streaming_load_json_max_mb` {max_bytes}. "
+        "increase it if you are sure this load is reasonable"
     )
 
 

@@ -146,7 +146,8 @@ IS_ARRAY = "JSON data is array-object, `strip_outer_array` must be TRUE."
 
 
 def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
-    """Read a staged JSON body: one object per line, or one array of objects (`strip_outer_array`).
+    """Read a staged JSON body: one object per line, one array of objects (`strip_outer_array`), or one
+    object (`read_json_by_line: false`).
 
     `json_root` picks the node to read from; `jsonpaths` extract the source fields in order, else keys are
     matched to the source names. A missing key is NULL; every value is read as text so the same conversions
@@ -170,7 +171,11 @@ def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
         )
         line = "coalesce(__doc, __root, value)"
     else:
-        text = spark.read.text(str(path), lineSep=req.line_delimiter).where("trim(value) != ''")
+        if req.read_json_by_line:
+            text = spark.read.text(str(path), lineSep=req.line_delimiter)
+        else:  # the whole body is one document (a pretty-printed object, say)
+            text = spark.read.text(str(path), wholetext=True)
+        text = text.where("trim(value) != ''")
         docs = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value", f"{root} AS __root").selectExpr(
             "*", "__root AS __doc"
         )

@@ -53,6 +53,7 @@ class LoadRequest(BaseModel):
     escape: str | None = None
     empty_field_as_null: bool = False
     strip_outer_array: bool = False
+    read_json_by_line: bool = True  # False: the body is one JSON document (Doris's older default)
     jsonpaths: tuple[str, ...] | None = None
     json_root: str | None = None
     where: Expr | None = None

@@ -585,6 +585,7 @@ def test_empty_chunked_body_loads_zero_rows(seeded: Seeded, base_url: str) -> No
 
 
 LIMIT = 256
+JSON_LIMIT = 64
 
 
 @pytest.fixture(scope="module")
@@ -600,6 +601,7 @@ def small_limit(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         mysql_port=0,
         compaction_interval_seconds=0,
         max_body_bytes=LIMIT,
+        max_json_body_bytes=JSON_LIMIT,
     )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -651,4 +653,18 @@ def test_compressed_body_expanding_past_the_size_limit_fails(small_limit: tuple[
         assert len(small) < LIMIT
         resp = seeded.load("limit", small, {**CSV, "compress_type": kind})
         assert_refused(resp, f"decompressed body exceeds the limit of {LIMIT} bytes", txn=True)
+    seeded.assert_unchanged("limit")
+
+
+def test_json_read_whole_over_its_own_limit_is_refused(small_limit: tuple[str, Seeded]) -> None:
+    """JSON read as one document (not line by line) has Doris's smaller streaming_load_json_max_mb limit."""
+    _, seeded = small_limit
+    array = b"[" + b", ".join(b'{"k": %d, "v": "v"}' % i for i in range(1, 5)) + b"]"
+    assert JSON_LIMIT < len(array) < LIMIT
+    body = assert_refused(
+        seeded.load("limit", array, {"format": "json", "strip_outer_array": "true"}),
+        f"[EXCEEDED_LIMIT]json body size {len(array)} exceed BE's conf `streaming_load_json_max_mb` {JSON_LIMIT}.",
+        txn=False,
+    )
+    assert body["NumberLoadedRows"] == 0
     seeded.assert_unchanged("limit")

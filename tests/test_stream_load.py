@@ -424,6 +424,20 @@ def test_concurrent_loads_into_one_table_all_commit_with_distinct_versions(doris
             [[4, "z", None], [5, "z", None]],
             id="jsonpaths-over-outer-array-with-columns",
         ),
+        pytest.param(
+            '{\n  "k": 7,\n  "v": "pretty",\n  "n": 70\n}\n',
+            {"format": "json", "read_json_by_line": "false"},
+            dict(loaded=1),
+            [[7, "pretty", 70]],
+            id="read-json-by-line-false-reads-one-pretty-printed-document",
+        ),
+        pytest.param(
+            '{\n  "k": 7,\n  "v": "pretty"\n}\n',
+            {"format": "json", "max_filter_ratio": "1"},
+            dict(loaded=0, filtered=4),
+            [],
+            id="newest-default-reads-json-by-line",
+        ),
     ],
 )
 def test_json_loads(
