@@ -150,7 +150,8 @@ def test_json_messages_honour_per_partition_offsets(doris: DorisClient, db: str,
     doris.sql(
         db,
         f"""CREATE ROUTINE LOAD json_job ON j WITH MERGE COLUMNS(k, v, s, op), DELETE ON op = "d"
-            PROPERTIES ("format" = "json", "jsonpaths" = '["$.k", "$.v", "$.s", "$.op"]', "max_batch_rows" = "10")
+            PROPERTIES ("format" = "json", "jsonpaths" = '["$.k", "$.v", "$.s", "$.op"]', "max_batch_rows" = "10",
+                        "max_batch_interval" = "2")
             FROM KAFKA ("kafka_broker_list" = "{kafka.bootstrap}", "kafka_topic" = "{name}",
                         "kafka_partitions" = "0,1", "kafka_offsets" = "5,OFFSET_BEGINNING")""",
     )
