@@ -91,8 +91,12 @@ STREAM_LOAD_HEADERS: list[dict[str, Any]] = [
     _text("timezone", "Time zone of the load (name or offset such as +08:00); default: the server's session zone."),
     _text("time_zone", "Alias of `timezone` (timezone wins)."),
     _text("comment", "Comment echoed in the reply."),
-    _bool("strip_outer_array", "JSON: the payload is one array of rows."),
-    _bool("read_json_by_line", "JSON: one row per line."),
+    _bool("strip_outer_array", "JSON: the payload is one array of rows (at most SL_MAX_JSON_BODY_BYTES)."),
+    _bool(
+        "read_json_by_line",
+        "JSON: one row per line (the default when neither this nor strip_outer_array is sent); false reads "
+        "the payload as one document (at most SL_MAX_JSON_BODY_BYTES).",
+    ),
     _text("jsonpaths", 'JSON: where each column is found, e.g. `["$.id", "$.name"]`.'),
     _text("json_root", "JSON: the path of the rows inside each document."),
     _bool("partial_columns", "Partial-column update of a merge-on-write unique table (same as UPDATE_FIXED_COLUMNS)."),
