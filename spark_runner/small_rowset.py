@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
+from tables.model import VERSION_COL
+
 FIELD_ID = b"PARQUET:field_id"
 _MARK = "_sl_small_source"
 
@@ -29,13 +31,18 @@ def is_small(source: DataFrame) -> bool:
     return bool(getattr(source, _MARK, False))
 
 
-def write_collected(out: DataFrame, directory: Path) -> list[str]:
-    """Run `out` (the rowset, one partition) and write its rows to a new `directory`; returns the file."""
+def write_collected(out: DataFrame, directory: Path, *, version: int) -> list[str]:
+    """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
+    the version column (the job leaves it 0, so its generated code does not change from load to load);
+    returns the file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     spark_fields = {f.name: f for f in out.schema.fields}
     rows = out.toArrow()
+    if VERSION_COL in rows.column_names:
+        at = rows.column_names.index(VERSION_COL)
+        rows = rows.set_column(at, VERSION_COL, pa.array([version] * rows.num_rows, pa.int64()))
     schema = pa.schema(
         [
             pa.field(

@@ -39,8 +39,8 @@ def test_small_rowset_matches_sparks_file(
     written: dict[str, list[str]] = {}
     real = small_rowset.write_collected
 
-    def spy(out: Any, directory: Any) -> list[str]:
-        written[directory.parent.parent.name] = files = real(out, directory)
+    def spy(out: Any, directory: Any, *, version: int) -> list[str]:
+        written[directory.parent.parent.name] = files = real(out, directory, version=version)
         return files
 
     monkeypatch.setattr(small_rowset, "write_collected", spy)
