@@ -52,7 +52,9 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
     # nothing is in flight at start-up: every staged body belongs to a load that did not finish
     shutil.rmtree(data_dir / "staging", ignore_errors=True)
-    writer = TableWriter(catalog, txns, pauses=PausePoints(settings.pause_at))
+    writer = TableWriter(
+        catalog, txns, pauses=PausePoints(settings.pause_at), snapshot_keep_count=settings.snapshot_keep_count
+    )
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
     policy = CompactionPolicy(
         min_rowsets=settings.compaction_min_rowsets,
@@ -112,6 +114,7 @@ async def maintenance_loop(services: Services) -> None:
                 staging=settings.resolved_data_dir / "staging",
                 grace_seconds=settings.orphan_grace_seconds,
                 snapshot_keep_seconds=settings.snapshot_keep_seconds,
+                snapshot_keep_count=settings.snapshot_keep_count,
             )
             log.info("maintenance: %s", report)
         except Exception:  # housekeeping must never take the server down

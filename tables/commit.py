@@ -9,6 +9,7 @@ removes the rowset's files, so a failed load leaves no trace.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -32,6 +33,8 @@ from tables.rowset import restamp_version
 from tables.rowsets import RowsetsChanged, live_data_files, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
+
+log = logging.getLogger(__name__)
 
 GROUP_PROPERTY = "doris.txn_ids"  # every transaction of a group-commit rowset
 PRECOMMIT_VERSION = 0  # rows of a precommitted load carry this until its commit stamps the real version
@@ -101,9 +104,17 @@ class _Turnstile:
 class TableWriter:
     """Commits of rowsets into Iceberg with their label and version, in version order per table."""
 
-    def __init__(self, catalog: Catalog, txns: TransactionStore, *, pauses: PausePoints | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        txns: TransactionStore,
+        *,
+        pauses: PausePoints | None = None,
+        snapshot_keep_count: int | None = None,
+    ) -> None:
         self._catalog = catalog
         self._txns = txns
+        self.snapshot_keep_count = snapshot_keep_count
         self.pauses = pauses or PausePoints()
         self._turnstiles: dict[str, _Turnstile] = {}
         self._guard = threading.Lock()
@@ -176,6 +187,8 @@ class TableWriter:
                     self.pauses.hit("after_commit", handle.definition.name)
                 for member in (txn_id, *pending.group):
                     self._txns.set_state(member, VISIBLE)
+                if pending.files:
+                    self._trim_snapshots(handle, turnstile)
         except BaseException:
             shutil.rmtree(pending.directory, ignore_errors=True)
             for member in (txn_id, *pending.group):
@@ -184,6 +197,22 @@ class TableWriter:
         finally:
             if version != PRECOMMIT_VERSION:
                 turnstile.done(version)
+
+    def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
+        """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,
+        expire down to that many. Commit time grows with the snapshots a table keeps (pyiceberg copies and
+        rewrites all of them per commit), so a steady stream of small loads must not let them pile up
+        until the next maintenance pass. A failure is logged: the load is committed either way."""
+        from tables.maintenance import expire_snapshots
+
+        keep = self.snapshot_keep_count
+        if keep is None or len(handle.iceberg.metadata.snapshots) <= 2 * keep:
+            return
+        try:
+            expire_snapshots(handle, self._txns, keep_seconds=float("inf"), now=0.0, keep_count=keep)
+            turnstile.last_metadata = handle.iceberg.metadata_location
+        except Exception:
+            log.exception("could not trim the snapshots of %s", handle.definition.name)
 
     def _aborted(self, txn_id: int) -> TxnAborted:
         txn = self._txns.get(txn_id)

@@ -1,7 +1,8 @@
 """Housekeeping that keeps the data directory and commit latency bounded, never touching live work.
 
 forget labels       finished labels older than the keep time
-expire snapshots    older than the keep time, but never newer than the oldest unresolved transaction
+expire snapshots    older than the keep time or past the newest `keep_count`, but never newer than the
+                    oldest unresolved transaction (commit time grows with the snapshots a table keeps)
 remove orphans      staging files and rowset files no snapshot references, except files of a
                     transaction still PREPARE / PRECOMMITTED, and files younger than the grace period
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tables.catalog import Catalog, TableHandle, _plain_path
-from tables.transactions import PRECOMMITTED, PREPARE, TransactionStore
+from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,25 @@ def _txn_id_of(name: str) -> int | None:
 
 
 def _unresolved(txns: TransactionStore) -> list:  # type: ignore[type-arg]
-    return txns.in_state(PREPARE) + txns.in_state(PRECOMMITTED)
+    # COMMITTED too: a 2PC commit a crash interrupted is finished by looking for its snapshot
+    return txns.in_state(PREPARE) + txns.in_state(PRECOMMITTED) + txns.in_state(COMMITTED)
 
 
-def expire_snapshots(handle: TableHandle, txns: TransactionStore, *, keep_seconds: float, now: float) -> int:
-    """Expire old snapshots of one table; returns how many went."""
+def expire_snapshots(
+    handle: TableHandle,
+    txns: TransactionStore,
+    *,
+    keep_seconds: float,
+    now: float,
+    keep_count: int | None = None,
+) -> int:
+    """Expire the snapshots of one table older than `keep_seconds` or past the newest `keep_count`;
+    returns how many went. Metadata only: files stay until orphan removal."""
     horizon = now - keep_seconds
+    if keep_count is not None:
+        stamps = sorted((s.timestamp_ms for s in handle.iceberg.snapshots()), reverse=True)
+        if len(stamps) > keep_count:
+            horizon = max(horizon, stamps[max(keep_count, 1) - 1] / 1000)
     pending = [t.created for t in _unresolved(txns) if t.db == handle.definition.db]
     if pending:
         horizon = min(horizon, min(pending))
@@ -109,6 +123,7 @@ def run_maintenance(
     staging: Path,
     grace_seconds: float,
     snapshot_keep_seconds: float,
+    snapshot_keep_count: int | None = None,
     now: float | None = None,
 ) -> MaintenanceReport:
     """One pass over every table; safe to run while loads are in flight."""
@@ -119,7 +134,9 @@ def run_maintenance(
         for name in catalog.list_tables(db):
             try:
                 handle = catalog.load(db, name)
-                report.snapshots_expired += expire_snapshots(handle, txns, keep_seconds=snapshot_keep_seconds, now=now)
+                report.snapshots_expired += expire_snapshots(
+                    handle, txns, keep_seconds=snapshot_keep_seconds, now=now, keep_count=snapshot_keep_count
+                )
                 handle = catalog.load(db, name)
                 report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now)
             except Exception:  # one broken table must not stop the others' housekeeping
