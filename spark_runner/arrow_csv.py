@@ -66,7 +66,7 @@ def _segments(path: Path, skip_lines: int) -> Iterator[bytes]:
     """The body after its first `skip_lines` lines, as runs of whole lines of about SEGMENT_BYTES each.
 
     Raises:
-        TextPath: a `\r` anywhere, a byte-order mark on the first line read, fewer lines than to skip.
+        TextPath: a `\\r` anywhere, a byte-order mark on the first line read, fewer lines than to skip.
     """
     with open(path, "rb") as body:
         for _ in range(skip_lines):
