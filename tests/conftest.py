@@ -15,7 +15,8 @@ import pytest
 
 from tests.helpers import DorisClient
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# the documents the project comes from, copied into the repo (tests/data/README.md says where from)
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(autouse=True)
