@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -74,9 +75,26 @@ class Settings(BaseSettings):
         description="Rowsets this big are base level; small rowsets holding this much together are compacted too.",
     )
     compaction_base_min_rowsets: int = Field(5, description="Base compaction once this many base-level rowsets exist.")
+    http_max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Most HTTP connections and requests served at once; past it a request is answered 503.",
+    )
+    http_header_timeout_seconds: float = Field(
+        30.0, gt=0, description="A connection whose request head is not complete this long after it opened is closed."
+    )
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
+
+    def exposure_problem(self) -> str | None:
+        """Why these settings must not serve, or None: root's empty password is for loopback only."""
+        if self.root_password.get_secret_value() or is_loopback(self.host):
+            return None
+        return (
+            f"refusing to listen on {self.host} while root has an empty password: anyone who can reach the port "
+            "could load, drop and read every table. Set SL_ROOT_PASSWORD, or listen on 127.0.0.1 (SL_HOST)."
+        )
 
     @property
     def resolved_data_dir(self) -> Path:
@@ -89,3 +107,13 @@ class Settings(BaseSettings):
     @property
     def resolved_catalog_uri(self) -> str:
         return self.catalog_uri or f"sqlite:///{self.resolved_data_dir / 'catalog.db'}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses; a wildcard (0.0.0.0, ::) or any other name is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -63,15 +63,17 @@ def served_app(spark, server_settings):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def base_url(served_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def base_url(served_app, server_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A real uvicorn serving the app on 127.0.0.1:<free port>, sharing the test run's SparkSession."""
     import uvicorn
+
+    from app.connections import server_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(served_app, log_level="warning")
+    config = server_config(served_app, server_settings, log_level="warning")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
