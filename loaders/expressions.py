@@ -230,6 +230,7 @@ class Size:
 
 UTF8_MAX = 4  # bytes of one character; lpad/rpad counts are characters
 COLUMN = Size(per_line=1)
+TRUTH = 8
 
 
 def _constant_count(node: exp.Expression | None, *, function: str, header: str, text: str) -> int:
@@ -251,9 +252,7 @@ def _constant_count(node: exp.Expression | None, *, function: str, header: str, 
     raise BadExpression(f"the count of {function} must be a constant integer, got '{fragment}' ({header}: '{text}')")
 
 
-def _node_size(
-    node: exp.Expression, children: dict[int, Size], *, header: str, text: str, line_bytes: int
-) -> Size:
+def _node_size(node: exp.Expression, children: dict[int, Size], *, header: str, text: str, line_bytes: int) -> Size:
     """The bound of one node from its children's bounds (keyed by `id` of the child)."""
 
     def size(child: exp.Expression | None) -> Size:
@@ -261,6 +260,8 @@ def _node_size(
 
     if isinstance(node, exp.Literal):
         return Size(len(str(node.this).encode()))
+    if isinstance(node, exp.Predicate | exp.Connector | exp.Not | exp.Length):
+        return Size(TRUTH)  # a comparison or a length is small, however large what it compares
     if isinstance(node, exp.Repeat):
         count = _constant_count(node.args.get("times"), function="repeat", header=header, text=text)
         return size(node.this).times(max(count, 0))

@@ -292,9 +292,7 @@ def parse_load_request(
         skip_lines=skip_lines,
         where=parse_condition(where_text, header="where", limits=limits, derived=derived) if where_text else None,
         merge_type=merge_type,
-        delete=(
-            parse_condition(delete_text, header="delete", limits=limits, derived=derived) if delete_text else None
-        ),
+        delete=(parse_condition(delete_text, header="delete", limits=limits, derived=derived) if delete_text else None),
         sequence_col=_get(headers, "function_column.sequence_col") or None,
         max_filter_ratio=max_filter_ratio,
         strict_mode=(strict_raw or "false").lower() == "true",
