@@ -312,13 +312,35 @@ def check_size(
     return size
 
 
-def _parse(text: str, *, header: str) -> exp.Expression:
-    # Parsed as a one-item SELECT list: a leading REPLACE(...) would otherwise read as a statement.
+MAX_DEPTH = 32  # Doris allows 3000 (expr_depth_limit); sqlglot's parser recurses ~25 Python frames a level
+TOO_DEEP = f"Exceeded the maximum depth of an expression tree ({MAX_DEPTH})."
+
+
+def _parse_select(text: str, *, header: str) -> exp.Expression:
+    """`SELECT <text>` parsed, no deeper than MAX_DEPTH.
+
+    Raises:
+        BadExpression: a parse error, or a tree too deep.
+    """
     try:
         select = sqlglot.parse_one(f"SELECT {text}", dialect="doris")
     except ParseError as exc:
         detail = exc.errors[0] if exc.errors else {}
         raise BadExpression(f"failed to parse {header} '{text}': {detail.get('description', exc)}") from None
+    except RecursionError:
+        raise BadExpression(f"{TOO_DEEP} ({header})") from None
+    stack = [(select, 0)]
+    while stack:  # iterative: the checks after this one recurse
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadExpression(f"{TOO_DEEP} ({header})")
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+    return select
+
+
+def _parse(text: str, *, header: str) -> exp.Expression:
+    # Parsed as a one-item SELECT list: a leading REPLACE(...) would otherwise read as a statement.
+    select = _parse_select(text, header=header)
     clauses = ("from_", "where", "group", "having", "order", "limit")
     if not isinstance(select, exp.Select) or len(select.expressions) != 1 or any(select.args.get(c) for c in clauses):
         raise BadExpression(f"failed to parse {header} '{text}': expected one expression")
@@ -367,11 +389,7 @@ def parse_columns(
     Raises:
         BadExpression.
     """
-    try:
-        select = sqlglot.parse_one(f"SELECT {text}", dialect="doris")
-    except ParseError as exc:
-        detail = exc.errors[0] if exc.errors else {}
-        raise BadExpression(f"failed to parse columns '{text}': {detail.get('description', exc)}") from None
+    select = _parse_select(text, header="columns")
     if not isinstance(select, exp.Select) or select.args.get("from_") or select.args.get("where"):
         raise BadExpression(f"failed to parse columns '{text}'")
     out: list[ColumnMapping] = []
