@@ -215,7 +215,7 @@ def decompression_limit(compressed: int, *, max_bytes: int, max_ratio: float) ->
             f"the body expands past {by_ratio} bytes, {max_ratio:g} times its compressed size of {compressed} bytes "
             "(SL_MAX_DECOMPRESSION_RATIO)"
         )
-    return max_bytes, f"decompressed body exceeds the limit of {max_bytes} bytes (SL_MAX_DECOMPRESSED_BYTES)"
+    return max_bytes, f"decompressed body exceeds the limit of {max_bytes} bytes"
 
 
 def decompress_staged(
