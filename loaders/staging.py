@@ -79,7 +79,8 @@ async def timed_chunks(
             raise LoadTimeout(deadline_text)
         wait = min(idle_seconds, left)
         try:
-            chunk = await asyncio.wait_for(iterator.__anext__(), wait)
+            async with asyncio.timeout(wait):  # a timer, not a task per chunk: bodies come in 64 KiB pieces
+                chunk = await iterator.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
