@@ -13,7 +13,7 @@ plans, so a check at run time would come too late: `repeat('x', 2000000000)` is 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
@@ -212,24 +212,27 @@ def check_allowed(tree: exp.Expression, *, header: str, text: str) -> None:
 
 @dataclass(frozen=True)
 class Size:
-    """An upper bound of a value's bytes: `fixed`, plus `per_line` times the length of the row's line
-    (the fields of one line together are never longer than the line)."""
+    """An upper bound of a value's bytes: `fixed`, plus each source column's bytes times how often the value
+    holds it (`columns`, by lower-case name). The fields of one line are never longer than the line together,
+    so the bound in bytes is `fixed` plus the largest multiplicity times the longest line."""
 
     fixed: int = 0
-    per_line: int = 0
+    columns: Mapping[str, int] = field(default_factory=dict)
 
     def __add__(self, other: Size) -> Size:
-        return Size(self.fixed + other.fixed, self.per_line + other.per_line)
+        merged = dict(self.columns)
+        for name, count in other.columns.items():
+            merged[name] = merged.get(name, 0) + count
+        return Size(self.fixed + other.fixed, merged)
 
     def times(self, n: int) -> Size:
-        return Size(self.fixed * n, self.per_line * n)
+        return Size(self.fixed * n, {name: count * n for name, count in self.columns.items()})
 
     def bytes(self, line_bytes: int) -> int:
-        return self.fixed + self.per_line * line_bytes
+        return self.fixed + max(self.columns.values(), default=0) * line_bytes
 
 
 UTF8_MAX = 4  # bytes of one character; lpad/rpad counts are characters
-COLUMN = Size(per_line=1)
 TRUTH = 8
 
 
@@ -274,7 +277,7 @@ def _node_size(node: exp.Expression, children: dict[int, Size], *, header: str, 
     if isinstance(node, exp.Replace | exp.RegexpReplace):
         # every match (an empty pattern matches between all characters) becomes the replacement
         grow = size(node.args.get("replacement"))
-        if grow.per_line:  # a column as the replacement: a line's worth, once per byte of the subject
+        if grow.columns:  # a column as the replacement: a line's worth, once per byte of the subject
             return Size((size(node.this).bytes(line_bytes) + 1) * grow.bytes(line_bytes))
         return size(node.this).times(max(1, grow.fixed)) + grow
     total = sum(children.values(), Size())
@@ -296,7 +299,8 @@ def check_size(
         BadExpression: a count that is not constant, or a value that could pass the limit.
     """
     if isinstance(tree, exp.Column):
-        return (derived or {}).get(tree.name.lower(), COLUMN)
+        name = tree.name.lower()
+        return (derived or {}).get(name) or Size(columns={name: 1})
     children = {
         id(child): check_size(child, header=header, text=text, limits=limits, derived=derived)
         for child in tree.iter_expressions()

@@ -167,9 +167,14 @@ def test_string_growing_functions_are_refused_before_the_load(
 
 def test_string_growing_functions_within_the_cap_still_load(guarded: Guarded) -> None:
     table = guarded.table("expr_ok")
-    headers = {**CSV, "columns": "k, tmp, v = concat(repeat(tmp, 2), lpad('', 2, '-'))", "where": "k > 1"}
-    assert_doris_result(guarded.load(table, "1,no\n2,ab\n", headers), loaded=1, unselected=1)
-    assert guarded.doris.rows(guarded.db, f"select k, v from {table} order by k") == [[1, "keep"], [2, "abab--"]]
+    # ten columns concatenated count as one line (they share it), the repeated one twice: 2 MiB of the 8 allowed
+    names = [f"c{i}" for i in range(10)]
+    value = f"concat_ws('', repeat(c0, 2), {', '.join(names[1:])}, lpad('', 2, '-'))"
+    headers = {**CSV, "columns": f"k, {', '.join(names)}, v = {value}", "where": "k > 1"}
+    body = "1," + ",".join("n" * 10) + "\n2," + ",".join("abcdefghij") + "\n"
+    assert_doris_result(guarded.load(table, body, headers), loaded=1, unselected=1)
+    rows = guarded.doris.rows(guarded.db, f"select k, v from {table} order by k")
+    assert rows == [[1, "keep"], [2, "aabcdefghij--"]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
