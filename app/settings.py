@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tables.load_spec import InputLimits
+
 
 class Settings(BaseSettings):
     """Every setting has an `SL_` environment variable (e.g. `SL_PORT`); defaults give the embedded local setup."""
@@ -86,6 +88,48 @@ class Settings(BaseSettings):
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
+    max_line_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="Longest CSV / JSON line of a stream-load body, after decompression (a body with no newline is "
+        "one line); a longer line fails the load.",
+    )
+    max_string_bytes: int = Field(
+        1048576,
+        ge=1,
+        description="Longest STRING value a load stores; longer values are filtered rows (Doris's "
+        "string_type_length_soft_limit_bytes).",
+    )
+    max_expression_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Largest value a `columns` / `where` / `delete` expression may build (repeat, lpad, replace, "
+        "concat of those), counting each column as a whole line; larger ones are refused before the load.",
+    )
+    max_decompressed_bytes: int = Field(
+        10240 * 1024 * 1024, ge=1, description="Largest stream-load body after decompression."
+    )
+    max_decompression_ratio: float = Field(
+        100.0,
+        gt=0,
+        description="A compressed body may expand to at most this many times its size (bodies under 16 MiB "
+        "decompressed are always allowed).",
+    )
+    body_idle_timeout_seconds: float = Field(
+        300.0, gt=0, description="A stream-load body that sends no bytes for this long fails the load."
+    )
+    body_total_timeout_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="A stream-load body still arriving after this long (or after the load's `timeout`, if sooner) "
+        "fails the load.",
+    )
+    error_log_line_bytes: int = Field(
+        64 * 1024,
+        ge=64,
+        description="Longest error-log line; the rest is cut and marked `error log is too long` "
+        "(Doris's load_error_log_limit_bytes).",
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""
@@ -99,6 +143,15 @@ class Settings(BaseSettings):
     @property
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
+
+    def input_limits(self) -> InputLimits:
+        """The caps every load of this server applies to its input."""
+        return InputLimits(
+            max_line_bytes=self.max_line_bytes,
+            max_string_bytes=self.max_string_bytes,
+            max_expression_bytes=self.max_expression_bytes,
+            error_log_line_bytes=self.error_log_line_bytes,
+        )
 
     @property
     def resolved_warehouse(self) -> Path:

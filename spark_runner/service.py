@@ -18,6 +18,7 @@ from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     JobOutcome,
+    clip_error_line,
     columnar_source,
     csv_source,
     frame_source,
@@ -29,6 +30,7 @@ from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
 from tables.catalog import Catalog
 from tables.commit import TableWriter, check_schema
+from tables.error_logs import error_log_path, new_error_log_name
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, TransactionStore
 
@@ -250,8 +252,10 @@ class LoadService:
             raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")
 
     def _write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
-        name = f"error_log_{prepared.txn_id}_{prepared.request.label}"
-        lines = list(outcome.errors)
+        """Write the first rejected rows, each line cut at the load's limit; returns the ErrorURL path."""
+        name = new_error_log_name()
+        limit = prepared.request.limits.error_log_line_bytes
+        lines = [clip_error_line(line, limit) for line in outcome.errors]
         if outcome.counts.filtered > len(lines):
             lines.append(f"TOO MUCH ERROR! already reach {len(outcome.errors)}. show no more next error.")
         (self.error_log_dir / name).write_text("\n".join(lines) + "\n")
@@ -265,10 +269,9 @@ class LoadService:
             raise DataQualityError("too many filtered rows", error_url=self._write_error_log(prepared, outcome))
 
     def error_log(self, name: str) -> str | None:
-        path = (self.error_log_dir / name).resolve()
-        if path.parent != self.error_log_dir.resolve() or not path.is_file():
-            return None
-        return path.read_text()
+        """The text of an error log by its name, or None (an unknown name, or anything that is not a name)."""
+        path = error_log_path(self.error_log_dir, name)
+        return path.read_text(errors="replace") if path is not None else None
 
     def cleanup_staged(self, path: Path) -> None:
         if path.is_dir():
