@@ -77,6 +77,21 @@ class Settings(BaseSettings):
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
+    broker_allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders (or URI prefixes such as `s3a://bucket/in/`) broker load may read, as a JSON list; "
+        "empty: every path is refused (Doris's user_files_secure_path). /proc, /sys, /dev and the server's own "
+        "folders are refused even under a root.",
+    )
+    broker_max_waiting_jobs: int = Field(
+        100, ge=1, description="Unfinished broker loads past which LOAD is refused (Doris's desired_max_waiting_jobs)."
+    )
+    broker_load_concurrency: int = Field(2, ge=1, description="Broker loads that run at once; the rest wait in order.")
+    kafka_cert_dir: Path | None = Field(
+        None,
+        description="Folder of the certificate and keytab files routine load's `property.ssl.*.location` and "
+        "`property.sasl.kerberos.keytab` may name (`FILE:name` or a path inside it); unset: none allowed.",
+    )
 
     @property
     def resolved_data_dir(self) -> Path:
