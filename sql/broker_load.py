@@ -2,11 +2,9 @@
 `SHOW LOAD`, `CANCEL LOAD` and `SHOW TRANSACTION` (the Kafka connector's recovery query).
 
     LOAD LABEL ──parse──► the same headers a stream load would send ──► LoadRequest (same checks, same
-        allow-list) ──► a job row (PENDING) ──thread──► LOADING: one Spark load job over the files,
+        allow-list) ──► plan, files, label, queue bound ──► a job row (PENDING) ──queue──► one of
+        `concurrency` workers: files resolved again, PREPARE ──► LOADING: one Spark load job over the files,
         committed by the single writer ──► FINISHED with counts, or CANCELLED with a reason
-
-    LOAD LABEL ──checks (syntax, table, label, plan, files, queue bound)──► a job row (PENDING) ──queue──►
-        one of `concurrency` workers: files resolved again ──► prepare (PREPARE txn) ──► LOADING ──► ...
 
 Files are read only under the allowed roots (`tables/source_paths.py`: links and globs resolved, never the
 server's own folders); the load reads the resolved files, not the patterns. URIs (hdfs://, s3a://) need an

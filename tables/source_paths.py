@@ -14,6 +14,7 @@ pending task.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
@@ -155,9 +156,8 @@ def _resolve_pattern(pattern: str, policy: SourcePolicy) -> list[str]:
     local = _strip_file_scheme(pattern) if scheme == "file" else pattern
     if not policy.local_roots:  # before any file system access: nothing local is readable
         raise SourcePathError(f"file path is not allowed: {pattern}")
-    matches = sorted(glob.glob(local)) if glob.has_magic(local) else [local]
     files = []
-    for match in matches:
+    for match in _glob_inside(Path(os.path.abspath(local)), policy):
         real = policy.check_local_file(Path(match))
         if real.is_dir():
             continue  # Doris's broker load skips directories a path matches
@@ -169,6 +169,30 @@ def _resolve_pattern(pattern: str, policy: SourcePolicy) -> list[str]:
             raise SourcePathError(f"file name contains a glob character: {match}")
         files.append(str(real))
     return files
+
+
+def _glob_inside(pattern: Path, policy: SourcePolicy) -> list[Path]:
+    """The matches of a local glob, sorted per component. Each folder is checked before it is listed, so a
+    pattern never lists a folder outside the allowed roots (`/etc/*`, or a link out of a root): an error
+    names only paths the roots hold or the pattern spelled out.
+
+    Raises:
+        SourcePathError: a folder to be listed resolves outside the allowed roots.
+    """
+    candidates = [Path(pattern.anchor)]
+    for part in pattern.parts[1:]:
+        if not glob.has_magic(part):
+            candidates = [c / part for c in candidates]
+            continue
+        found = []
+        for folder in candidates:
+            real = policy.check_local_file(folder if folder != Path(pattern.anchor) else pattern)
+            if real.is_dir():
+                # hidden names match only a pattern that starts with a dot, as the shell and Python's glob do
+                names = [n for n in sorted(os.listdir(real)) if not n.startswith(".") or part.startswith(".")]
+                found.extend(folder / n for n in names if fnmatch.fnmatchcase(n, part))
+        candidates = found
+    return candidates
 
 
 def _check_uri(pattern: str, scheme: str, policy: SourcePolicy) -> str:

@@ -87,6 +87,8 @@ def wait_for_state(doris: DorisClient, db: str, label: str, states: tuple[str, .
         pytest.param(
             "/proc/self/environ", f"{NOT_ALLOWED}: /proc/self/environ", id="the-server-environment-is-refused"
         ),
+        pytest.param("/etc/*", f"{NOT_ALLOWED}: /etc", id="a-folder-outside-is-refused-before-it-is-listed"),
+        pytest.param("{files}/*/*", f"{NOT_ALLOWED}: {{files}}/datalink", id="a-link-is-refused-before-it-is-listed"),
         pytest.param("{files}/evil.csv", f"{NOT_ALLOWED}: {{files}}/evil.csv", id="a-link-out-of-the-root-is-refused"),
         pytest.param("{files}/*.csv", f"{NOT_ALLOWED}: {{files}}/evil.csv", id="a-glob-matching-that-link-is-refused"),
         pytest.param("{files}/../*/marker.csv", "can not contain '..' in path", id="a-glob-reaching-out-by-dots"),
@@ -107,6 +109,7 @@ def test_broker_load_reads_nothing_outside_the_allowed_roots(
     text = scene.error(doris, load(label, path.format(**values)))
     assert message.format(**values) in text
     assert scene.secret not in text
+    assert all(name in path or name not in text for name in ("passwd", "transactions.db"))  # nothing was listed
     assert doris.rows(scene.db, f'SHOW LOAD WHERE LABEL = "{label}"') == []  # no job was created
 
 
