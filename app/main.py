@@ -92,10 +92,16 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
     )
+    # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
+    server_roots = [
+        data_dir,
+        settings.resolved_warehouse,
+        *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
+    ]
     executor.broker_loads = BrokerLoads(
         loads=loads,
         data_dir=data_dir,
-        sources=SourcePolicy.build(settings.broker_allowed_roots, [data_dir, settings.resolved_warehouse]),
+        sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
         max_waiting_jobs=settings.broker_max_waiting_jobs,
         concurrency=settings.broker_load_concurrency,
     )
