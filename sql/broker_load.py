@@ -35,7 +35,7 @@ from sql.errors import SqlError
 from sql.results import ExecStatus, ResultSet
 from sql.tokens import Cursor
 from tables.errors import DorisError, TxnStateError
-from tables.load_jobs import CANCELLED, FINISHED, LOADING, PENDING, UNFINISHED, LoadJob, LoadJobStore
+from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
 from tables.load_spec import LoadRequest, LoadResult
 from tables.source_paths import SourcePolicy, resolve_sources
 from tables.transactions import VISIBLE, Txn
@@ -330,7 +330,6 @@ class BrokerLoads:
                 )
                 cancelled += 1
                 continue
-            self.store.update(job.job_id, state=PENDING)
             self._queue.put((job.job_id, load))
             resumed += 1
         return resumed, cancelled
