@@ -6,7 +6,8 @@
     PAUSE [ALL] ROUTINE LOAD [FOR [db.]job] · RESUME [ALL] ROUTINE LOAD [FOR [db.]job] · STOP ROUTINE LOAD FOR [db.]job
     SHOW [ALL] ROUTINE LOAD [FOR [db.]job] [LIKE "pattern"] · SHOW ROUTINE LOAD TASK [FROM db] WHERE JobName = "job"
 
-Property checks and their texts follow Doris's `CreateRoutineLoadInfo` and `KafkaDataSourceProperties`.
+Property checks and their texts follow Doris's `CreateRoutineLoadInfo` and `KafkaDataSourceProperties`;
+`property.*` Kafka client settings pass an allow-list (`tables/routine_load.py`, unlike Doris).
 """
 
 from __future__ import annotations
