@@ -38,6 +38,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
     from tables.routine_load import RoutineLoadStore
+    from tables.source_paths import SourcePolicy
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
 
@@ -68,6 +69,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         txns=txns,
         staging_dir=data_dir / "staging",
         min_batch_rows=settings.routine_load_min_batch_rows,
+        cert_dir=settings.kafka_cert_dir,
     )
     routine_loads.start()  # after recover_prepared: batches a crash left undecided are resolved first
     executor = SqlExecutor(
@@ -90,7 +92,19 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
     )
-    executor.broker_loads = BrokerLoads(loads=loads, data_dir=data_dir)
+    # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
+    server_roots = [
+        data_dir,
+        settings.resolved_warehouse,
+        *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
+    ]
+    executor.broker_loads = BrokerLoads(
+        loads=loads,
+        data_dir=data_dir,
+        sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
+        max_waiting_jobs=settings.broker_max_waiting_jobs,
+        concurrency=settings.broker_load_concurrency,
+    )
     resumed, cancelled = executor.broker_loads.recover()
     if resumed or cancelled:
         log.info("broker loads interrupted by the stop: %d resumed, %d cancelled", resumed, cancelled)

@@ -130,6 +130,21 @@ class Settings(BaseSettings):
         description="Longest error-log line; the rest is cut and marked `error log is too long` "
         "(Doris's load_error_log_limit_bytes).",
     )
+    broker_allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders (or URI prefixes such as `s3a://bucket/in/`) broker load may read, as a JSON list; "
+        "empty: every path is refused (Doris's user_files_secure_path). /proc, /sys, /dev and the server's own "
+        "folders are refused even under a root.",
+    )
+    broker_max_waiting_jobs: int = Field(
+        100, ge=1, description="Unfinished broker loads past which LOAD is refused (Doris's desired_max_waiting_jobs)."
+    )
+    broker_load_concurrency: int = Field(2, ge=1, description="Broker loads that run at once; the rest wait in order.")
+    kafka_cert_dir: Path | None = Field(
+        None,
+        description="Folder of the certificate and keytab files routine load's `property.ssl.*.location` and "
+        "`property.sasl.kerberos.keytab` may name (`FILE:name` or a path inside it); unset: none allowed.",
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""

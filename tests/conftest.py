@@ -46,12 +46,15 @@ def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     from app.settings import Settings
 
     # routine load tests end batches by a few rows (Doris's 200000-row floor stays the default elsewhere);
-    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py)
+    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py);
+    # broker loads read under one folder, Kafka certificates from another (tests/test_security_sources.py)
     return Settings(
         data_dir=tmp_path_factory.mktemp("server-data"),
         mysql_port=0,
         routine_load_min_batch_rows=1,
         compaction_interval_seconds=0,
+        broker_allowed_roots=[str(tmp_path_factory.mktemp("broker-files"))],
+        kafka_cert_dir=tmp_path_factory.mktemp("kafka-certs"),
     )
 
 
