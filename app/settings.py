@@ -75,7 +75,8 @@ class Settings(BaseSettings):
     )
     compaction_base_min_rowsets: int = Field(5, description="Base compaction once this many base-level rowsets exist.")
     pause_at: str | None = Field(
-        None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
+        None,
+        description="Test only: `point[:table][:once],...` (staging, job, before_commit, after_commit) blocks there.",
     )
 
     @property
