@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -131,3 +132,46 @@ def test_a_jvm_out_of_memory_exits_is_reported_down_then_replaced_and_acknowledg
     assert_doris_result(server.load(DB, "survivor", b"100,after\n"), loaded=1)
     assert server.sql(DB, "SELECT count(*), min(k) FROM survivor")["data"] == [[101, 0]]
     assert server.label_state(DB, "while_down") == "UNKNOWN"
+
+
+def test_a_job_that_finishes_after_its_load_was_abandoned_commits_nothing(tmp_path: Path) -> None:
+    from sql.ddl import parse_create_table
+    from tables.catalog import Catalog
+    from tables.commit import TableWriter
+    from tables.transactions import TransactionStore
+
+    catalog = Catalog(uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=tmp_path / "warehouse")
+    txns = TransactionStore(tmp_path / "transactions.db")
+    writer = TableWriter(catalog, txns)
+    catalog.create_database(DB)
+    catalog.create_table(parse_create_table(DDL.format(name="t"), DB).definition)
+    late = txns.begin(DB, "t", "late")
+    running, finish = threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def job() -> None:  # a load whose job outlives its deadline, then writes its files anyway
+        try:
+            with writer.write(DB, "t", txn_id=late, label="late") as rowset:
+                seen["directory"] = rowset.directory
+                running.set()
+                finish.wait(timeout=30)
+                rowset.directory.mkdir(parents=True, exist_ok=True)
+                (rowset.directory / "part-0.parquet").write_bytes(b"late rows")
+                rowset.files = [str(rowset.directory / "part-0.parquet")]
+        except Exception as exc:
+            seen["error"] = exc
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    assert running.wait(timeout=30)
+    assert writer.abandon(late, "load timed out after 2 s (timeout header)")
+    # the next load's commit turn does not wait for the abandoned version
+    following = txns.begin(DB, "t", "following")
+    with writer.write(DB, "t", txn_id=following, label="following"):
+        pass
+    finish.set()
+    thread.join(timeout=30)
+    assert "error" in seen, "the abandoned load committed"
+    assert not seen["directory"].exists(), "the abandoned load's late files were left behind"
+    assert [txns.get(t).state for t in (late, following)] == ["ABORTED", "VISIBLE"]  # type: ignore[union-attr]
+    assert catalog.load(DB, "t").iceberg.current_snapshot() is None
