@@ -150,8 +150,8 @@ class LoadService:
         reason = f"load timed out after {timeout} s (timeout header)"
         if not self.writer.abandon(prepared.txn_id, reason):
             return future.result()  # it committed (or failed) in the meantime: its own outcome stands
+        # its jobs were cancelled at the deadline (`_deadline`); no Py4J call here, the JVM may be wedged
         log.warning("load %s abandoned at its deadline; its job is still running", prepared.request.label)
-        self.spark.sparkContext.cancelJobGroup(f"load_txn_{prepared.txn_id}")
         return self._failure(prepared, LoadTimeout(reason), None, load_bytes, receive_ms)
 
     def _run_job(
