@@ -34,12 +34,14 @@ async def health(request: Request) -> Response:
 
 
 @router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
-async def backends(request: Request, services: ServicesDep, is_alive: bool = False) -> Response:
+async def backends(request: Request, services: ServicesDep, is_alive: str | None = None) -> Response:
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
     alive = backend_alive(request)
-    listed = [{"ip": host, "http_port": port, "is_alive": alive}] if alive or not is_alive else []
-    return fe_json({"backends": listed})  # `?is_alive=true` lists only live ones, as Doris's FE does
+    # `?is_alive=true` lists only live backends; Doris's FE reads the flag with Boolean.parseBoolean
+    only_alive = (is_alive or "").lower() == "true"
+    listed = [{"ip": host, "http_port": port, "is_alive": alive}] if alive or not only_alive else []
+    return fe_json({"backends": listed})
 
 
 @router.get(
