@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pymysql
 import pytest
 
 from spark_runner.session import with_fixed_heap
@@ -26,6 +27,9 @@ from tests.server_process import ServerProcess
 DB = "jvm"
 DDL = "CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
 NO_BACKEND = "[SERVICE_UNAVAILABLE]No backend available for load, please check the status of your backends."
+NO_SCAN_NODE = (
+    "errCode = 2, detailMessage = No backend available as scan node, please check the status of your backends."
+)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +127,11 @@ def test_a_jvm_out_of_memory_exits_is_reported_down_then_replaced_and_acknowledg
     down = server.load(DB, "survivor", b"-1,lost\n", label="while_down")
     assert_doris_result(down, status="Fail", message_contains=NO_BACKEND)
     refused = query(server, "SELECT count(*) FROM survivor")
-    assert refused["code"] == 1 and "No backend available" in refused["data"], refused
+    assert refused["code"] == 1 and refused["data"] == f"Failed to execute sql: {NO_SCAN_NODE}", refused
+    with pymysql.connect(host="127.0.0.1", port=server.mysql_port, user="root", password="", database=DB) as conn:
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            conn.cursor().execute("SELECT count(*) FROM survivor")
+    assert err.value.args == (1105, NO_SCAN_NODE)
     deadline = time.monotonic() + 180
     while not backend_alive(server):
         assert time.monotonic() < deadline, "the server never started a new Spark session"
