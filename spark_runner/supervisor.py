@@ -53,7 +53,10 @@ class SparkHandle:
         self.restarts = 0
 
     def __getattr__(self, name: str) -> Any:
-        # only names the handle itself lacks reach here: everything a SparkSession has
+        # only names the handle itself lacks reach here: everything a SparkSession has. Protocol probes
+        # (`copy`, `pickle`, `hasattr(x, "__...__")`) get their usual AttributeError, even while the JVM is down.
+        if name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self.current(), name)
 
     def current(self) -> SparkSession:
