@@ -146,7 +146,8 @@ class LoadService:
         try:
             return future.result(timeout=max(wait, 0.0))
         except concurrent.futures.TimeoutError:
-            pass
+            if future.done():  # it answered just now
+                return future.result()
         reason = f"load timed out after {timeout} s (timeout header)"
         if not self.writer.abandon(prepared.txn_id, reason):
             return future.result()  # it committed (or failed) in the meantime: its own outcome stands

@@ -50,7 +50,6 @@ class SparkHandle:
         self._proc = _jvm_process()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
-        self.restarts = 0
 
     def __getattr__(self, name: str) -> Any:
         # only names the handle itself lacks reach here: everything a SparkSession has. Protocol probes
@@ -129,7 +128,6 @@ class SparkHandle:
                 log.warning("new Spark session ready in %.1f s", time.monotonic() - started)
             self._proc = _jvm_process()
             self._session = adopted
-            self.restarts += 1
 
 
 def backend_stopped(spark: SparkSession, wait: float = 1.0) -> bool:
