@@ -7,7 +7,7 @@ import logging
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +32,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
+    from spark_runner.supervisor import SparkHandle
     from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
@@ -44,8 +45,13 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
 
     data_dir = settings.resolved_data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    if spark is None:
-        spark = build_session(master=settings.spark_master, conf=settings.spark_conf)
+
+    def new_session() -> SparkSession:
+        return build_session(master=settings.spark_master, conf=settings.spark_conf)
+
+    # every service gets the handle: a JVM that stops is replaced under them (spark_runner/supervisor.py)
+    handle = SparkHandle(spark if spark is not None else new_session(), new_session)
+    spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
     visible, aborted = recover_prepared(catalog, txns)
@@ -84,7 +90,9 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     )
     two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
     two_phase.recover_committed()
-    services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    services = Services(
+        settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses, spark=handle
+    )
     services.two_phase = two_phase
     services.group_commit = GroupCommitter(
         loads=loads,
@@ -155,6 +163,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         )
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
+        if services.spark is not None:
+            services.spark.watch()
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
@@ -167,6 +177,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             if services.sql.routine_loads is not None:
                 await run_in_threadpool(services.sql.routine_loads.close)
             compacting.cancel()
+            if services.spark is not None:
+                await run_in_threadpool(services.spark.close)
             services.txns.close()
 
     app = FastAPI(

@@ -86,7 +86,8 @@ class Settings(BaseSettings):
         30.0, gt=0, description="A connection whose request head is not complete this long after it opened is closed."
     )
     pause_at: str | None = Field(
-        None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
+        None,
+        description="Test only: `point[:table][:once],...` (staging, job, before_commit, after_commit) blocks there.",
     )
     max_line_bytes: int = Field(
         64 * 1024 * 1024,
