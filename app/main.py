@@ -89,6 +89,8 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         data_dir=data_dir,
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
+        retry_num=settings.group_commit_replay_wal_retry_num,
+        retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
     )
     executor.broker_loads = BrokerLoads(loads=loads, data_dir=data_dir)
     resumed, cancelled = executor.broker_loads.recover()

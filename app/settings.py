@@ -77,6 +77,18 @@ class Settings(BaseSettings):
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
+    group_commit_replay_wal_retry_num: int = Field(
+        10,
+        ge=0,
+        description="Group commit: replays of an acknowledged async load whose group failed for a reason other "
+        "than its data, before its WAL entry is moved to wal/tmp/ and the load aborted (Doris: 10).",
+    )
+    group_commit_replay_wal_retry_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Group commit: wait before the first replay of a failed async load; doubles per failure, "
+        "at most 300 s (Doris: 5).",
+    )
 
     @property
     def resolved_data_dir(self) -> Path:
