@@ -253,7 +253,7 @@ class GroupCommitter:
         txns.transition(txn_id, (ABORTED,), PREPARE)
         return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)
 
-    def _retry_later(self, member: _Member) -> None:
+    def _retry_later(self, member: _Member, error: LoadError) -> None:
         """Replay an acknowledged async load whose group failed for a reason other than its data, alone
         (a payload that breaks its job delays no other load), after a delay that doubles per failure."""
         member.attempts += 1
@@ -261,9 +261,8 @@ class GroupCommitter:
             self._park_wal(member.prepared.txn_id, member.attempts - 1)
             return
         delay = min(self.retry_interval_s * 2 ** (member.attempts - 1), MAX_RETRY_INTERVAL_S)
-        log.warning(
-            "async load %d: group commit failed, replay %d in %.1f s", member.prepared.txn_id, member.attempts, delay
-        )
+        txn_id = member.prepared.txn_id
+        log.warning("async load %d: group failed (%s); replay %d in %.1f s", txn_id, error.text, member.attempts, delay)
         timer = threading.Timer(delay, self._replay_one, args=(member,))
         timer.daemon = True
         timer.start()
@@ -295,6 +294,7 @@ class GroupCommitter:
         started = time.monotonic()
         failed: dict[int, LoadResult] = {}
         retry: set[int] = set()
+        error = LoadError("group commit failed")
         outcome: JobOutcome | None = None
         per_load: list[LoadCounts] = []
         try:
@@ -352,7 +352,7 @@ class GroupCommitter:
         log.info("group commit of %d loads into %s.%s took %d ms", len(batch), req.db, req.table, commit_ms)
         for i, member in enumerate(batch):
             if i in retry:
-                self._retry_later(member)
+                self._retry_later(member, error)
                 continue
             result = failed.get(i) or self._result(member, counts=per_load[i], commit_ms=commit_ms)
             self._drop_wal(member.prepared.txn_id)

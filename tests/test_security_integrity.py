@@ -33,7 +33,7 @@ def load_state(doris: DorisClient, db: str, label: str) -> str:
     return str(doris.http.get(f"/api/{db}/get_load_state", params={"label": label}).json()["data"])
 
 
-def wait_for(condition: Any, what: str, timeout: float = 20.0) -> None:
+def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -189,5 +189,5 @@ def test_an_acknowledged_async_load_whose_group_job_fails_is_replayed_until_visi
     assert load_state(doris, db, "async_survives") == "PREPARE"  # still owed, not aborted
 
     blocker.unlink()  # the fault is repaired: the replay commits the acknowledged rows
-    wait_for(lambda: doris.rows(db, "SELECT k, v FROM t") == [[1, "acknowledged"]], "the replayed rows", 15)
+    wait_for(lambda: doris.rows(db, "SELECT k, v FROM t") == [[1, "acknowledged"]], "the replayed rows")
     assert load_state(doris, db, "async_survives") == "VISIBLE"
