@@ -56,7 +56,7 @@ from spark_runner.load_job import (
 from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad, write_partitions
 from tables.commit import check_schema, table_identity
-from tables.errors import DatabaseNotFound, TableDropped, TableNotFound, TxnAborted
+from tables.errors import DatabaseNotFound, DorisError, TableDropped, TableNotFound, TxnAborted
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, PREPARE
 
@@ -224,7 +224,13 @@ class GroupCommitter:
             txn_id = int(meta.stem[4:])
             payload = meta.with_suffix(".dat")
             info = json.loads(meta.read_text())
-            prepared = self._replan(txn_id, LoadRequest.model_validate(info["request"])) if payload.exists() else None
+            try:
+                prepared = (
+                    self._replan(txn_id, LoadRequest.model_validate(info["request"])) if payload.exists() else None
+                )
+            except Exception:  # not the load's fault: its WAL entry stays for the next start
+                log.exception("async load %d could not be replayed now", txn_id)
+                continue
             if prepared is None:
                 self._drop_wal(txn_id)
                 continue
@@ -246,7 +252,7 @@ class GroupCommitter:
             if txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
                 raise TableDropped(txn.table_uuid)
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
-        except Exception as exc:  # the table is gone or changed beyond the load: it cannot be applied any more
+        except (DorisError, LoadError) as exc:  # the table is gone or changed beyond the load: it never applies
             log.warning("async load %d cannot be replayed: %s", txn_id, exc)
             txns.transition(txn_id, (ABORTED, PREPARE), ABORTED, reason=f"replay failed: {exc}")
             return None
@@ -268,7 +274,11 @@ class GroupCommitter:
         timer.start()
 
     def _replay_one(self, member: _Member) -> None:
-        prepared = self._replan(member.prepared.txn_id, member.prepared.request)
+        try:
+            prepared = self._replan(member.prepared.txn_id, member.prepared.request)
+        except Exception as exc:  # the catalog or the transaction table failed: another reason to try later
+            self._retry_later(member, LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)))
+            return
         if prepared is None:
             self._drop_wal(member.prepared.txn_id)
             return
