@@ -432,7 +432,7 @@ class TableWriter:
         unfinished = self._txns.unfinished(db)
         if not force and any(t.state == COMMITTED for t in unfinished):
             raise DorisError(_committed_refusal(f"database [{db}]", "DROP database FORCE"))
-        identities = {}
+        identities: dict[str, str] = {}
         for name in self._catalog.list_tables(db):
             try:
                 identities[name] = table_identity(self._catalog.load(db, name))
