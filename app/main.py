@@ -99,6 +99,8 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         data_dir=data_dir,
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
+        retry_num=settings.group_commit_replay_wal_retry_num,
+        retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
     )
     # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
     server_roots = [

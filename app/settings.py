@@ -146,6 +146,18 @@ class Settings(BaseSettings):
         description="Folder of the certificate and keytab files routine load's `property.ssl.*.location` and "
         "`property.sasl.kerberos.keytab` may name (`FILE:name` or a path inside it); unset: none allowed.",
     )
+    group_commit_replay_wal_retry_num: int = Field(
+        10,
+        ge=0,
+        description="Group commit: replays of an acknowledged async load whose group failed for a reason other "
+        "than its data, before its WAL entry is moved to wal/tmp/ and the load aborted (Doris: 10).",
+    )
+    group_commit_replay_wal_retry_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Group commit: wait before the first replay of a failed async load; doubles per failure, "
+        "at most 300 s (Doris: 5).",
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""

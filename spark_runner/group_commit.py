@@ -13,6 +13,13 @@
 
 The group has a transaction of its own (label `group_commit_<hex>`, as Doris names it); the snapshot
 lists every member, so start-up recovery finds them. Start-up replays async payloads still in wal/.
+
+An async load was answered Success, so its WAL entry goes only when its rows are committed or refused
+for data quality (filter ratio), or when its table is gone (dropped, or re-created: another uuid). A
+group that fails otherwise (a Spark error, a commit conflict, the disk) keeps its async members' WAL
+entries and replays each alone after `retry_interval_s`, doubling up to `MAX_RETRY_INTERVAL_S`; after
+`retry_num` failed replays the entry is moved to wal/tmp/ (kept, as Doris's BE keeps it) and the load
+aborted.
 """
 
 from __future__ import annotations
@@ -48,15 +55,19 @@ from spark_runner.load_job import (
 )
 from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad, write_partitions
-from tables.commit import check_schema
+from tables.commit import check_schema, table_identity
+from tables.errors import DatabaseNotFound, DorisError, TableDropped, TableNotFound, TxnAborted
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
-from tables.transactions import ABORTED, PREPARE, VISIBLE
+from tables.transactions import ABORTED, PREPARE
 
 log = logging.getLogger(__name__)
 
 MODE_PROPERTY = "group_commit_mode"  # table property: the mode of loads that send no group_commit header
 LOAD_SHIFT = 47  # a row's position in the group: (load index << LOAD_SHIFT) + its position in its payload
 MAX_ERROR_ROWS = 50
+MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed async load
+# failures after which an acknowledged async load can never commit: its WAL entry goes
+REFUSED = (DataQualityError, TableDropped, TableNotFound, DatabaseNotFound)
 
 
 def group_mode(prepared: PreparedLoad, load_bytes: int) -> str | None:
@@ -84,6 +95,8 @@ class _Member:
     receive_ms: int
     future: Future[LoadResult] = field(default_factory=Future)
     index: int = -1  # position in its group
+    acknowledged: bool = False  # async: answered Success, its WAL entry is owed until it commits
+    attempts: int = 0  # failed group jobs so far
 
 
 class _Worker:
@@ -120,10 +133,21 @@ class _Worker:
 class GroupCommitter:
     """Collects group-commit loads per table and runs each group as one load job and one commit."""
 
-    def __init__(self, *, loads: LoadService, data_dir: Path, interval_ms: float = 100.0, max_loads: int = 128) -> None:
+    def __init__(
+        self,
+        *,
+        loads: LoadService,
+        data_dir: Path,
+        interval_ms: float = 100.0,
+        max_loads: int = 128,
+        retry_num: int = 10,
+        retry_interval_s: float = 1.0,
+    ) -> None:
         self.loads = loads
         self.interval_s = interval_ms / 1000
         self.max_loads = max_loads
+        self.retry_num = retry_num
+        self.retry_interval_s = retry_interval_s
         self.wal_dir = data_dir / "wal"
         self.group_dir = data_dir / "group_commit"
         self.wal_dir.mkdir(parents=True, exist_ok=True)
@@ -139,8 +163,12 @@ class GroupCommitter:
         if mode is None:
             return self.loads.run_csv(prepared, path, load_bytes=load_bytes, receive_ms=receive_ms)
         if mode == "async_mode":
+            txn = self.loads.txns.get(prepared.txn_id)
+            if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
+                error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
+                return self._result(_Member(prepared, path, load_bytes, receive_ms), error=error)
             wal = self._write_wal(prepared, path, load_bytes)
-            self._submit(_Member(prepared, wal, load_bytes, receive_ms))
+            self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True))
             rows = _count_rows(wal, prepared.request)
             return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
         linked = self.group_dir / f"txn_{prepared.txn_id}.dat"
@@ -176,32 +204,89 @@ class GroupCommitter:
         for suffix in (".dat", ".json"):
             (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
 
+    def _park_wal(self, txn_id: int, attempts: int) -> None:
+        """Give up on an async load after `retry_num` failed replays: its WAL entry is kept in wal/tmp/ for
+        an operator (Doris's BE renames it to its tmp dir the same way), the load aborted."""
+        parked = self.wal_dir / "tmp"
+        parked.mkdir(exist_ok=True)
+        for suffix in (".dat", ".json"):
+            source = self.wal_dir / f"txn_{txn_id}{suffix}"
+            if source.exists():
+                os.replace(source, parked / source.name)
+        reason = f"group commit replay failed {attempts} times; its WAL entry is kept in {parked}"
+        self.loads.txns.transition(txn_id, (PREPARE,), ABORTED, reason=reason)
+        log.error("async load %d: %s", txn_id, reason)
+
     def replay_wal(self) -> int:
         """At start-up: queue again every acknowledged async load that did not commit; returns how many."""
         replayed = 0
         for meta in sorted(self.wal_dir.glob("txn_*.json"), key=lambda p: int(p.stem[4:])):
             txn_id = int(meta.stem[4:])
-            txn = self.loads.txns.get(txn_id)
             payload = meta.with_suffix(".dat")
-            if txn is None or txn.state == VISIBLE or not payload.exists():
-                self._drop_wal(txn_id)
-                continue
             info = json.loads(meta.read_text())
-            request = LoadRequest.model_validate(info["request"])
             try:
-                handle = self.loads.catalog.load(request.db, request.table)
-                plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
-            except Exception:  # the table is gone or changed beyond the load: it cannot be applied any more
-                log.exception("async load %d cannot be replayed", txn_id)
-                self.loads.txns.transition(txn_id, (PREPARE,), ABORTED, reason="replay failed")
+                prepared = (
+                    self._replan(txn_id, LoadRequest.model_validate(info["request"])) if payload.exists() else None
+                )
+            except Exception:  # not the load's fault: its WAL entry stays for the next start
+                log.exception("async load %d could not be replayed now", txn_id)
+                continue
+            if prepared is None:
                 self._drop_wal(txn_id)
                 continue
-            # start-up recovery aborted it (no snapshot yet): the acknowledged load is still owed
-            self.loads.txns.transition(txn_id, (ABORTED, PREPARE), PREPARE)
-            prepared = PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)
-            self._submit(_Member(prepared, payload, int(info["load_bytes"]), 0))
+            self._submit(_Member(prepared, payload, int(info["load_bytes"]), 0, acknowledged=True))
             replayed += 1
         return replayed
+
+    def _replan(self, txn_id: int, request: LoadRequest) -> PreparedLoad | None:
+        """Plan an owed async load again against its table as it is now; None when it is not owed any more
+        (committed, aborted on purpose) or can never apply (its table dropped or re-created, its columns gone).
+        """
+        txns = self.loads.txns
+        txn = txns.get(txn_id)
+        # start-up recovery aborts a load without a snapshot and without a reason: that one is still owed
+        if txn is None or not (txn.state == PREPARE or (txn.state == ABORTED and txn.reason is None)):
+            return None
+        try:
+            handle = self.loads.catalog.load(request.db, request.table)
+            if txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
+                raise TableDropped(txn.table_uuid)
+            plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+        except (DorisError, LoadError) as exc:  # the table is gone or changed beyond the load: it never applies
+            log.warning("async load %d cannot be replayed: %s", txn_id, exc)
+            txns.transition(txn_id, (ABORTED, PREPARE), ABORTED, reason=f"replay failed: {exc}")
+            return None
+        txns.transition(txn_id, (ABORTED,), PREPARE)
+        return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)
+
+    def _retry_later(self, member: _Member, error: LoadError) -> None:
+        """Replay an acknowledged async load whose group failed for a reason other than its data, alone
+        (a payload that breaks its job delays no other load), after a delay that doubles per failure."""
+        member.attempts += 1
+        if member.attempts > self.retry_num:
+            self._park_wal(member.prepared.txn_id, member.attempts - 1)
+            return
+        delay = min(self.retry_interval_s * 2 ** (member.attempts - 1), MAX_RETRY_INTERVAL_S)
+        txn_id = member.prepared.txn_id
+        log.warning("async load %d: group failed (%s); replay %d in %.1f s", txn_id, error.text, member.attempts, delay)
+        timer = threading.Timer(delay, self._replay_one, args=(member,))
+        timer.daemon = True
+        timer.start()
+
+    def _replay_one(self, member: _Member) -> None:
+        try:
+            prepared = self._replan(member.prepared.txn_id, member.prepared.request)
+        except Exception as exc:  # the catalog or the transaction table failed: another reason to try later
+            self._retry_later(member, LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)))
+            return
+        if prepared is None:
+            self._drop_wal(member.prepared.txn_id)
+            return
+        again = _Member(prepared, member.path, member.load_bytes, 0, acknowledged=True, attempts=member.attempts)
+        try:
+            self.commit_group([again])
+        except Exception:  # a bug: the WAL entry stays for the next start
+            log.exception("replay of async load %d failed", prepared.txn_id)
 
     # -- one group --------------------------------------------------------------------------
     def commit_group(self, batch: list[_Member]) -> None:
@@ -218,6 +303,8 @@ class GroupCommitter:
         load_bytes = sum(m.load_bytes for m in batch)
         started = time.monotonic()
         failed: dict[int, LoadResult] = {}
+        retry: set[int] = set()
+        error = LoadError("group commit failed")
         outcome: JobOutcome | None = None
         per_load: list[LoadCounts] = []
         try:
@@ -225,6 +312,7 @@ class GroupCommitter:
                 req.db, first.plan.table.name, txn_id=group_txn, label=group_label, planned=first.plan.table
             ) as rowset:
                 check_schema(rowset.handle, first.plan.table)
+                failed |= self._refuse_stale(batch, rowset.table_uuid)
                 schema = rowset.handle.iceberg.schema()
                 field_ids = {c.name: schema.find_field(c.name).field_id for c in first.plan.table.all_columns()}
                 spark = self.loads._session_for(req)
@@ -256,22 +344,48 @@ class GroupCommitter:
                 rowset.files = outcome.files if outcome else []
                 rowset.group = tuple(batch[i].prepared.txn_id for i in range(len(batch)) if i not in failed)
         except Exception as exc:
-            if not isinstance(exc, LoadError):
+            if not isinstance(exc, (LoadError, *REFUSED)):
                 log.exception("group commit of %d loads failed", len(batch))
+            self.loads.txns.transition(group_txn, (PREPARE,), ABORTED)  # when the writer did not get to it
             error = exc if isinstance(exc, LoadError) else LoadError(str(exc).strip().splitlines()[0])
             for i, member in enumerate(batch):
-                if i not in failed:
-                    self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
-                    failed[i] = self._result(member, error=error)
+                if i in failed:
+                    continue
+                if member.acknowledged and not isinstance(exc, REFUSED):
+                    retry.add(i)  # answered Success: kept in the WAL and replayed, not lost
+                    continue
+                self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
+                failed[i] = self._result(member, error=error)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         commit_ms = int((time.monotonic() - started) * 1000)
         log.info("group commit of %d loads into %s.%s took %d ms", len(batch), req.db, req.table, commit_ms)
         for i, member in enumerate(batch):
+            if i in retry:
+                self._retry_later(member, error)
+                continue
             result = failed.get(i) or self._result(member, counts=per_load[i], commit_ms=commit_ms)
             self._drop_wal(member.prepared.txn_id)
             member.path.unlink(missing_ok=True)
             member.future.set_result(result)
+
+    def _refuse_stale(self, batch: list[_Member], table_uuid: str) -> dict[int, LoadResult]:
+        """Members that can no longer commit fail alone, before the job: aborted meanwhile (their table was
+        dropped) or planned against another table of the same name (dropped and re-created since)."""
+        refused: dict[int, LoadResult] = {}
+        for i, member in enumerate(batch):
+            txn = self.loads.txns.get(member.prepared.txn_id)
+            if txn is None:
+                continue
+            if txn.state != PREPARE:
+                error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
+            elif txn.table_uuid is not None and txn.table_uuid != table_uuid:
+                error = LoadError(TableDropped(txn.table_uuid).message)
+                self.loads.txns.transition(txn.txn_id, (PREPARE,), ABORTED, reason=error.text)
+            else:
+                continue
+            refused[i] = self._result(member, error=error)
+        return refused
 
     def _fail(self, member: _Member, counts: LoadCounts, source: DataFrame, spark: SparkSession) -> LoadResult:
         """A load of the group over its filter ratio: its error log, its transaction aborted."""

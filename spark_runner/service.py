@@ -106,7 +106,9 @@ class LoadService:
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         handle = self.catalog.load(request.db, request.table)
         # the label first, as Doris's FE begins the transaction before it plans the load
-        txn_id = self.txns.begin(request.db, handle.definition.name, request.label)
+        txn_id = self.txns.begin(
+            request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)
+        )
         began = time.monotonic()
         try:
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)

@@ -136,13 +136,14 @@ class SqlExecutor:
         if first == "DROP" and second in ("DATABASE", "SCHEMA"):
             cur.i = 2
             if_exists = cur.accept("IF", "EXISTS")
-            self.catalog.drop_database(cur.name(), if_exists=if_exists)
+            name = cur.name()
+            self.writer.drop_database(name, if_exists=if_exists, force=cur.accept("FORCE"))
             return ExecStatus()
         if first == "DROP" and second == "TABLE":
             cur.i = 2
             if_exists = cur.accept("IF", "EXISTS")
             db, name = cur.qualified_name()
-            self.catalog.drop_table(db or session.db, name, if_exists=if_exists)
+            self.writer.drop_table(db or session.db, name, if_exists=if_exists, force=cur.accept("FORCE"))
             return ExecStatus()
         if first == "TRUNCATE":
             cur.i = 1

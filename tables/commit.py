@@ -5,6 +5,12 @@ and commits are published strictly in version order, so a load's version is its 
 version written into its rows never lies. The commit
 happens only on a clean exit of `TableWriter.write`; any exception aborts the transaction and
 removes the rowset's files, so a failed load leaves no trace.
+
+A load commits only into the table it was planned against: the transaction records that table's
+Iceberg uuid, and a table dropped and re-created under the same name (another uuid) fails the load
+with Doris's `unknown table` text. DROP TABLE / DATABASE go through the writer too: refused while a
+transaction of the table is COMMITTED but not yet visible (Doris's rule, unless FORCE), and every
+other unfinished transaction of the table is aborted before the files go.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.table import Transaction
@@ -26,7 +32,15 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
 
 from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
-from tables.errors import DorisError, SchemaChanged, TxnAborted, TxnStateError
+from tables.errors import (
+    DatabaseNotFound,
+    DorisError,
+    SchemaChanged,
+    TableDropped,
+    TableNotFound,
+    TxnAborted,
+    TxnStateError,
+)
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.pause import PausePoints
 from tables.rowset import restamp_version
@@ -51,6 +65,7 @@ class PendingRowset:
     directory: Path
     files: list[str] = field(default_factory=list)
     group: tuple[int, ...] = ()
+    table_uuid: str = ""  # the table the rowset must land in
 
 
 @dataclass
@@ -159,7 +174,7 @@ class TableWriter:
         `commit_precommitted`, which stamps them with the version of that commit. `group` names further
         transactions whose rows are in this rowset (group commit): they become VISIBLE with it.
         """
-        handle = self._catalog.load(db, table)
+        handle = self._planned_table(db, table, txn_id)
         turnstile = self._turnstile(handle)
         version = turnstile.take() if exclusive or not two_phase else PRECOMMIT_VERSION
         pending = PendingRowset(
@@ -169,13 +184,14 @@ class TableWriter:
             version=version,
             directory=handle.location / "data" / f"txn_{txn_id}",
             group=group,
+            table_uuid=table_identity(handle),
         )
         if version != PRECOMMIT_VERSION:
             self._writing[txn_id] = (turnstile, version, pending.directory)
         try:
             if exclusive:
                 with turnstile.turn(version):
-                    handle.iceberg.refresh()
+                    refresh_same_table(handle, pending.table_uuid)
             yield pending
             if pending.files:
                 _fsync_files(pending.files, pending.directory)
@@ -191,7 +207,8 @@ class TableWriter:
                 if pending.files:
                     self.pauses.hit("before_commit", handle.definition.name)
                     if handle.iceberg.metadata_location != turnstile.last_metadata:
-                        handle.iceberg.refresh()  # lower versions (or housekeeping) committed meanwhile
+                        # lower versions (or housekeeping) committed meanwhile
+                        refresh_same_table(handle, pending.table_uuid)
                     check_schema(handle, planned)
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
@@ -202,8 +219,8 @@ class TableWriter:
                     self._trim_snapshots(handle, turnstile)
         except BaseException:
             shutil.rmtree(pending.directory, ignore_errors=True)
-            for member in (txn_id, *pending.group):
-                self._txns.transition(member, (PREPARE,), ABORTED)
+            # group members are the caller's to decide: an acknowledged async load is retried, not aborted
+            self._txns.transition(txn_id, (PREPARE,), ABORTED)
             raise
         finally:
             self._writing.pop(txn_id, None)
@@ -229,6 +246,28 @@ class TableWriter:
             turnstile.done(version)
             shutil.rmtree(directory, ignore_errors=True)
         return True
+
+    def _planned_table(self, db: str, table: str, txn_id: int) -> TableHandle:
+        """The table by name, provided it is the one the transaction was planned against.
+
+        Raises:
+            TableDropped: the table is gone or was re-created since (the transaction is aborted).
+            TableNotFound, DatabaseNotFound: the transaction recorded no table identity.
+        """
+        txn = self._txns.get(txn_id)
+        planned = txn.table_uuid if txn is not None else None
+        try:
+            handle = self._catalog.load(db, table)
+        except (TableNotFound, DatabaseNotFound):
+            if planned is None:
+                raise
+            handle = None
+        if planned is not None and (handle is None or table_identity(handle) != planned):
+            error = TableDropped(planned)
+            self._txns.transition(txn_id, (PREPARE,), ABORTED, reason=error.message)
+            raise error
+        assert handle is not None
+        return handle
 
     def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
         """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,
@@ -264,20 +303,25 @@ class TableWriter:
 
         Raises:
             TxnStateError: the transaction is not precommitted (any more).
+            TableDropped: its table was dropped or re-created since the precommit (the transaction is aborted).
         """
-        handle = self._catalog.load(txn.db, txn.table)
+        handle = self._precommitted_table(txn)
         turnstile = self._turnstile(handle)
         version = turnstile.take()
         directory = handle.location / "data" / f"txn_{txn.txn_id}"
         try:
             with turnstile.turn(version), self._deciding(txn.txn_id):
+                try:
+                    refresh_same_table(handle, table_identity(handle))  # dropped while waiting for the turn?
+                except TableDropped as exc:
+                    self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), ABORTED, reason=exc.message)
+                    raise
                 self._abort_if_schema_changed(handle, txn.txn_id, directory)
                 if not self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), COMMITTED):
                     current = self._txns.get(txn.txn_id)
                     raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
                 files = sorted(str(p) for p in directory.glob("*.parquet")) if directory.is_dir() else []
                 if files:
-                    handle.iceberg.refresh()
                     if not _committed(handle, txn.txn_id):
                         restamp_version(files, version)
                         _fsync_files(files, directory)
@@ -287,6 +331,28 @@ class TableWriter:
                 self._txns.set_state(txn.txn_id, VISIBLE)
         finally:
             turnstile.done(version)
+
+    def _precommitted_table(self, txn: Txn) -> TableHandle:
+        """The table of a 2PC transaction, provided it is still the one its files were written for.
+
+        Raises:
+            TxnStateError: the transaction is not precommitted (any more).
+            TableDropped: the table is gone or was re-created (the transaction is aborted).
+        """
+        current = self._txns.get(txn.txn_id)
+        if current is None or current.state not in (PRECOMMITTED, COMMITTED):
+            raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
+        try:
+            handle: TableHandle | None = self._catalog.load(txn.db, txn.table)
+        except (TableNotFound, DatabaseNotFound):
+            handle = None
+        planned = current.table_uuid
+        if handle is not None and (planned is None or table_identity(handle) == planned):
+            return handle
+        error = TableDropped(planned or f"{txn.db}.{txn.table}")
+        with self._deciding(txn.txn_id):
+            self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), ABORTED, reason=error.message)
+        raise error
 
     def _abort_if_schema_changed(self, handle: TableHandle, txn_id: int, directory: Path) -> None:
         """A precommitted load whose table changed schema since it was planned cannot be published: its
@@ -365,6 +431,68 @@ class TableWriter:
                 return
             shutil.rmtree(handle.location / "data" / f"txn_{txn_id}", ignore_errors=True)
 
+    def drop_table(self, db: str, table: str, *, if_exists: bool = False, force: bool = False) -> None:
+        """DROP TABLE: Doris's refusal while a transaction of the table is COMMITTED and not yet visible
+        (unless `force`), then every unfinished transaction of the table aborted, then the table dropped.
+
+        Raises:
+            DorisError: a COMMITTED transaction without `force` (Doris's text), unknown table or database.
+        """
+        try:
+            handle = self._catalog.load(db, table)
+        except TableNotFound:
+            if if_exists:
+                return
+            raise
+        name, identity = handle.definition.name, table_identity(handle)
+        unfinished = self._txns.unfinished(db, table=name, table_uuid=identity)
+        if not force and any(t.state == COMMITTED for t in unfinished):
+            raise DorisError(_committed_refusal(f"table [{name}]", "DROP table FORCE"))
+        self._abort_unfinished(unfinished, TableDropped(identity).message, force=force)
+        self._catalog.drop_table(db, name)
+        self._forget(identity)
+
+    def drop_database(self, db: str, *, if_exists: bool = False, force: bool = False) -> None:
+        """DROP DATABASE: the same rule as `drop_table`, for every transaction of the database.
+
+        Raises:
+            DorisError: a COMMITTED transaction without `force` (Doris's text), unknown database.
+        """
+        if not self._catalog.database_exists(db):
+            self._catalog.drop_database(db, if_exists=if_exists)  # Doris's "doesn't exist" text, or nothing
+            return
+        unfinished = self._txns.unfinished(db)
+        if not force and any(t.state == COMMITTED for t in unfinished):
+            raise DorisError(_committed_refusal(f"database [{db}]", "DROP database FORCE"))
+        identities: dict[str, str] = {}
+        for name in self._catalog.list_tables(db):
+            try:
+                identities[name] = table_identity(self._catalog.load(db, name))
+            except DorisError:
+                continue  # dropped meanwhile
+        for txn in unfinished:
+            identity = txn.table_uuid or identities.get(txn.table, f"{db}.{txn.table}")
+            self._abort_unfinished([txn], TableDropped(identity).message, force=force)
+        self._catalog.drop_database(db)
+        for identity in identities.values():
+            self._forget(identity)
+
+    def _abort_unfinished(self, txns: list[Txn], reason: str, *, force: bool) -> None:
+        """Abort a dropped table's transactions: a running load then fails at its commit and leaves nothing,
+        a precommitted one can no longer be committed. A load that commits first is dropped with the table."""
+        states = (PREPARE, PRECOMMITTED, COMMITTED) if force else (PREPARE, PRECOMMITTED)
+        for txn in txns:
+            with self._deciding(txn.txn_id):
+                if self._txns.transition(txn.txn_id, states, ABORTED, reason=reason):
+                    log.info("transaction %d of %s.%s aborted: its table is dropped", txn.txn_id, txn.db, txn.table)
+
+    def _forget(self, identity: str) -> None:
+        """Drop the version counter of a dropped table (a re-created one has another uuid, hence its own)."""
+        with self._guard:
+            turnstile = self._turnstiles.get(identity)
+            if turnstile is not None and not turnstile.in_flight:
+                del self._turnstiles[identity]
+
     @contextmanager
     def rewrite(self, db: str, table: str, *, label: str, planned: TableDef) -> Iterator[PendingRewrite]:
         """Let the caller write files replacing some of the table's data files (a compaction), then commit
@@ -375,7 +503,7 @@ class TableWriter:
         schema changed; any exception removes its files and aborts its transaction.
         """
         handle = self._catalog.load(db, table)
-        txn_id = self._txns.begin(db, handle.definition.name, label)
+        txn_id = self._txns.begin(db, handle.definition.name, label, table_uuid=table_identity(handle))
         pending = PendingRewrite(
             handle=handle, txn_id=txn_id, label=label, directory=handle.location / "data" / f"txn_{txn_id}"
         )
@@ -385,7 +513,7 @@ class TableWriter:
                 _fsync_files(pending.files, pending.directory)
             turnstile = self._turnstile(handle)
             with turnstile.commit_lock:
-                handle.iceberg.refresh()
+                refresh_same_table(handle, table_identity(handle))
                 check_schema(handle, planned)
                 replace_files(handle, pending)
                 turnstile.last_metadata = handle.iceberg.metadata_location
@@ -409,6 +537,44 @@ class TableWriter:
                     )
         finally:
             turnstile.done(version)
+
+
+def _committed_refusal(what: str, statement: str) -> str:
+    """Doris's `InternalCatalog.dropTable` / `dropDb` text."""
+    return (
+        f"There are still some transactions in the COMMITTED state waiting to be completed. The {what} cannot "
+        f'be dropped. If you want to forcibly drop(cannot be recovered), please use "{statement}".'
+    )
+
+
+def table_identity(handle: TableHandle) -> str:
+    """The Iceberg uuid of a table: a table dropped and re-created under the same name gets another."""
+    return str(handle.iceberg.metadata.table_uuid)
+
+
+def refresh_same_table(handle: TableHandle, table_uuid: str) -> None:
+    """Reload the table's metadata, provided the name still refers to the same table.
+
+    Raises:
+        TableDropped: the table was dropped, or dropped and re-created, since `table_uuid` was read.
+    """
+    if table_identity(handle) != table_uuid:
+        raise TableDropped(table_uuid)
+    try:
+        handle.iceberg.refresh()  # pyiceberg refuses (ValueError) to adopt metadata of another uuid
+    except NoSuchTableError:
+        raise TableDropped(table_uuid) from None
+    except ValueError:
+        if _current_identity(handle) != table_uuid:
+            raise TableDropped(table_uuid) from None
+        raise
+
+
+def _current_identity(handle: TableHandle) -> str | None:
+    try:
+        return str(handle.iceberg.catalog.load_table(handle.iceberg.name()).metadata.table_uuid)
+    except NoSuchTableError:
+        return None
 
 
 def check_schema(handle: TableHandle, planned: TableDef | None) -> None:
@@ -436,7 +602,8 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
         except CommitFailedException:
             if attempt == 2:
                 raise
-            handle.iceberg.refresh()
+            # a commit to a re-created table fails pyiceberg's uuid requirement: the refresh must not adopt it
+            refresh_same_table(handle, pending.table_uuid or table_identity(handle))
 
 
 def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:

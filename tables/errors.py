@@ -7,7 +7,8 @@ DorisError                  message already in Doris's words
 ├── LabelAlreadyExists      carries the existing transaction's state
 ├── SchemaChanged           a load planned against an older schema tried to commit
 ├── TxnAborted              the transaction was aborted (2PC abort, timeout) while its load ran
-└── TxnStateError           a 2PC commit/abort found the transaction in another state
+├── TxnStateError           a 2PC commit/abort found the transaction in another state
+└── TableDropped            the table a load was planned against was dropped (or re-created) before its commit
 """
 
 from __future__ import annotations
@@ -69,3 +70,12 @@ class TxnStateError(DorisError):
         super().__init__(f"transaction is {state}")
         self.state = state
         self.reason = reason
+
+
+class TableDropped(DorisError):
+    """Doris's text when a transaction's table is gone at commit (`Database.getTablesOnIdOrderOrThrowException`);
+    the id is the Iceberg uuid the load recorded when it was planned."""
+
+    def __init__(self, table_uuid: str) -> None:
+        super().__init__(f"unknown table, tableId={table_uuid}")
+        self.table_uuid = table_uuid

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS txns (
     finished REAL,
     reason TEXT,
     precommitted REAL,
-    schema_version INTEGER
+    schema_version INTEGER,
+    table_uuid TEXT
 );
 CREATE INDEX IF NOT EXISTS txns_label ON txns (db, label);
 """
@@ -50,6 +51,7 @@ class Txn:
     reason: str | None = None
     precommitted: float | None = None
     schema_version: int | None = None  # of the table the load was planned on (2PC: checked at commit)
+    table_uuid: str | None = None  # Iceberg uuid of the table the load was planned on: checked at commit
 
 
 class TransactionStore:
@@ -66,14 +68,16 @@ class TransactionStore:
             "reason TEXT",
             "precommitted REAL",
             "schema_version INTEGER",
+            "table_uuid TEXT",
         ):  # tables created before these columns existed
             if column.split()[0] not in present:
                 self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
         self._lock = threading.Lock()
         self.label_keep_seconds = label_keep_seconds
 
-    def begin(self, db: str, table: str, label: str) -> int:
-        """Claim a label and open a PREPARE transaction; returns its id.
+    def begin(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> int:
+        """Claim a label and open a PREPARE transaction; returns its id. `table_uuid` is the identity of the
+        table the load is planned against: a table dropped and re-created under the same name has another.
 
         Raises:
             LabelAlreadyExists: a transaction with this label is not aborted (and not expired).
@@ -85,8 +89,8 @@ class TransactionStore:
                 if holder is not None:
                     raise LabelAlreadyExists(label, holder.txn_id, holder.state)
                 cur = self._conn.execute(
-                    "INSERT INTO txns (db, tbl, label, state, created) VALUES (?, ?, ?, ?, ?)",
-                    (db, table, label, PREPARE, time.time()),
+                    "INSERT INTO txns (db, tbl, label, state, created, table_uuid) VALUES (?, ?, ?, ?, ?, ?)",
+                    (db, table, label, PREPARE, time.time(), table_uuid),
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -175,6 +179,20 @@ class TransactionStore:
         if txn.finished is not None and txn.finished < time.time() - self.label_keep_seconds:
             return UNKNOWN
         return txn.state
+
+    def unfinished(self, db: str, *, table: str | None = None, table_uuid: str | None = None) -> list[Txn]:
+        """Transactions of a database (or of one table) not yet VISIBLE or ABORTED.
+
+        A table's are those planned against its uuid, plus those that recorded none (begun before uuids
+        were recorded, or a group-commit group) under its name."""
+        sql = "SELECT * FROM txns WHERE db = ? AND state IN (?, ?, ?)"
+        args: list[object] = [db, PREPARE, PRECOMMITTED, COMMITTED]
+        if table is not None:
+            sql += " AND (table_uuid = ? OR (table_uuid IS NULL AND tbl = ?))"
+            args += [table_uuid, table]
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY txn_id", args).fetchall()
+        return [Txn(*r) for r in rows]
 
     def in_state(self, state: str) -> list[Txn]:
         with self._lock:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tables.catalog import Catalog
 from tables.commit import TableWriter
-from tables.errors import TxnStateError
+from tables.errors import TableDropped, TxnStateError
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, VISIBLE, TransactionStore
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class TwoPhase:
             self.writer.commit_precommitted(txn)
         except TxnStateError as exc:
             raise _analysis(_commit_refusal(txn_id, exc)) from None
+        except TableDropped as exc:  # Doris answers a commit after its table was dropped with errCode 7
+            raise TxnOperationError("ANALYSIS_ERROR", f"TStatus: errCode = 7, detailMessage = {exc.message}") from None
 
     def _abort(self, txn_id: int, reason: str) -> None:
         try:

@@ -98,7 +98,8 @@ def test_container_runs_as_an_unprivileged_user_that_owns_the_data_volume(docker
 
 
 @pytest.mark.parametrize(
-    "where", [pytest.param("README.md", id="the README's docker run"), pytest.param("Dockerfile", id="the Dockerfile's")]
+    "where",
+    [pytest.param("README.md", id="the README's docker run"), pytest.param("Dockerfile", id="the Dockerfile's")],
 )
 def test_documented_docker_run_sets_a_root_password_the_container_needs(
     dockerfile: DockerfileParser, where: str
