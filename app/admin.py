@@ -35,6 +35,8 @@ async def health(request: Request) -> Response:
 
 @router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
 async def backends(request: Request, services: ServicesDep, is_alive: str | None = None) -> Response:
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return fe_unauthorized(refused)
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
     alive = backend_alive(request)
@@ -65,9 +67,13 @@ async def get_load_state(db: str, request: Request, services: ServicesDep, label
     operation_id="load_error_log",
     summary="Rejected rows of a load (the reply's ErrorURL)",
     response_class=PlainTextResponse,
-    responses={404: {"description": "No such error log"}},
+    responses={401: {"description": "No valid credentials"}, 404: {"description": "No such error log"}},
 )
-async def load_error_log(services: ServicesDep, file: str = "") -> Response:
+async def load_error_log(request: Request, services: ServicesDep, file: str = "") -> Response:
+    # rejected rows are table data: credentials as for every route (a BE serves this without them);
+    # 401 with a Basic challenge, so a browser opening the ErrorURL asks for them
+    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
+        return PlainTextResponse(f"{refused}\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="doris"'})
     text = services.loads.error_log(file)
     if text is None:
         return PlainTextResponse("error log not found\n", status_code=404)

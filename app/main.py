@@ -188,6 +188,10 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         version="0.1.0",
         lifespan=lifespan,
         description="Apache Doris stream-load and HTTP SQL interfaces, with the data pipeline on Apache Spark.",
+        # the description is the committed openapi/openapi.json; the server serves only Doris's routes
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     openapi.install(app)
     app.state.gate = LoadGate()

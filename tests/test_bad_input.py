@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result
 
 CSV = {"column_separator": ","}
 QUALITY = "[DATA_QUALITY_ERROR]too many filtered rows"
@@ -80,7 +80,7 @@ def assert_filtered(resp: httpx.Response, reason: str | None, *, total: int = 1,
     assert "ErrorURL" in body
     if reason is not None:
         assert reason in body["FirstErrorMsg"], body
-        assert reason in httpx.get(body["ErrorURL"]).text
+        assert reason in httpx.get(body["ErrorURL"], auth=AUTH).text
 
 
 def assert_refused(resp: httpx.Response | dict[str, Any], message: str, *, txn: bool) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from spark_runner import arrow_csv, inline_csv
 from spark_runner.planning import LoadPlan
-from tests.helpers import DorisClient
+from tests.helpers import AUTH, DorisClient
 
 TABLE = """CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(4), n INT, d DECIMAL(5,2), s INT)
 UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")"""
@@ -55,7 +55,7 @@ CASES: dict[str, tuple[str, dict[str, str], bool, bool]] = {
 
 def load(doris: DorisClient, db: str, table: str, body: str, headers: dict[str, str]) -> dict[str, Any]:
     reply = doris.stream_load(db, table, body, headers={**headers, "label": f"{table}_load"}).json()
-    log = httpx.get(reply["ErrorURL"]).text if "ErrorURL" in reply else None
+    log = httpx.get(reply["ErrorURL"], auth=AUTH).text if "ErrorURL" in reply else None
     seen = {k: v for k, v in reply.items() if not k.endswith("TimeMs") and k not in ("TxnId", "Label", "ErrorURL")}
     return {"reply": seen, "error_log": log, "rows": doris.rows(db, f"select * from {table} order by k")}
 

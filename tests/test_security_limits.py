@@ -27,7 +27,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result
 
 CSV = {"column_separator": ","}
 TABLE = "CREATE TABLE {name} (k INT NOT NULL, v STRING) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
@@ -251,7 +251,7 @@ def test_a_string_past_the_soft_limit_is_a_filtered_row_with_a_cut_error_log_lin
     resp = guarded.load(table, f"2,{long}\n3,{'z' * STRING_LIMIT}\n", CSV)
     body = refused(resp, "[DATA_QUALITY_ERROR]too many filtered rows", before_txn=False)
     assert body["NumberFilteredRows"] == 1 and body["NumberTotalRows"] == 2
-    log = httpx.get(body["ErrorURL"]).text
+    log = httpx.get(body["ErrorURL"], auth=AUTH).text
     line = log.splitlines()[0]
     assert line.startswith(
         "Reason: column(v) the length of input string is too long than vec schema. first 32 bytes of input str: "
@@ -403,7 +403,7 @@ def test_error_logs_expire_with_their_label(guarded: Guarded, tight_app) -> None
 
     table = guarded.table("expiry")
     body = refused(guarded.load(table, "2\n", CSV), "too many filtered rows", before_txn=False)
-    assert httpx.get(body["ErrorURL"]).status_code == 200
+    assert httpx.get(body["ErrorURL"], auth=AUTH).status_code == 200
     services = tight_app.state.services
     keep = services.txns.label_keep_seconds
     run_maintenance(
@@ -414,5 +414,5 @@ def test_error_logs_expire_with_their_label(guarded: Guarded, tight_app) -> None
         snapshot_keep_seconds=services.settings.snapshot_keep_seconds,
         now=time.time() + keep + 1,
     )
-    assert httpx.get(body["ErrorURL"]).status_code == 404
+    assert httpx.get(body["ErrorURL"], auth=AUTH).status_code == 404
     guarded.assert_survived(table)

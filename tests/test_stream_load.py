@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import DORIS_LOAD_KEYS, DorisClient, assert_doris_result, curl_stream_load
+from tests.helpers import AUTH, DORIS_LOAD_KEYS, DorisClient, assert_doris_result, curl_stream_load
 
 SEQ_TABLE = """CREATE TABLE t (k INT NOT NULL, v VARCHAR(8), s INT)
 UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")"""
@@ -61,7 +61,7 @@ def test_failed_load_frees_its_label_and_leaves_nothing(doris: DorisClient, db: 
         loaded=0,
     )
     assert "ErrorURL" in body and body["FirstErrorMsg"].startswith("Reason: actual column number")
-    log = httpx.get(body["ErrorURL"]).text
+    log = httpx.get(body["ErrorURL"], auth=AUTH).text
     assert "actual column number in csv file is  less than  schema column number" in log and "src line [2,b]" in log
     assert rows(doris, db) == []
     state = doris.http.get(f"/api/{db}/get_load_state", params={"label": "retry_me"}).json()["data"]
@@ -541,7 +541,7 @@ def test_columnar_bodies_match_columns_by_name(doris: DorisClient, db: str, fmt:
         loaded=1,
         filtered=1,
     )
-    assert "column(v) values is null while columns is not nullable" in httpx.get(body["ErrorURL"]).text
+    assert "column(v) values is null while columns is not nullable" in httpx.get(body["ErrorURL"], auth=AUTH).text
     assert rows(doris, db) == [[1, "a", 5]]
 
 

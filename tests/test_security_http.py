@@ -1,0 +1,104 @@
+"""Credentials on every route: `/`, `/api/health` and `/metrics` answer anyone (connectors and Prometheus probe
+them); every other route of the app refuses a request without valid credentials before it reads a body or
+touches a table, in the route's own Doris shape. The routes are read from the app itself, so a new route
+without the check fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from tests.helpers import DorisClient
+
+OPEN = {("GET", "/"), ("GET", "/api/health"), ("GET", "/metrics")}
+
+
+def flat(routes: list[Any]) -> list[APIRoute]:
+    """The app's routes, through included routers (FastAPI keeps each as a wrapper of its original router)."""
+    out: list[APIRoute] = []
+    for route in routes:
+        if isinstance(route, APIRoute):
+            out.append(route)
+        elif (router := getattr(route, "original_router", None)) is not None:
+            out += flat(router.routes)
+    return out
+
+
+def app_routes(app: Any) -> list[tuple[str, str]]:
+    return sorted(
+        (method, route.path) for route in flat(app.routes) for method in route.methods if method not in ("HEAD",)
+    )
+
+
+def refused(resp: httpx.Response) -> bool:
+    """The reply says the credentials were refused, in whatever shape the route answers."""
+    if resp.status_code == 401:
+        return True
+    try:
+        body = resp.json()
+    except json.JSONDecodeError:
+        return False
+    text = json.dumps(body)
+    if body.get("code") == 401 and body.get("msg") == "Unauthorized":  # the FE envelope
+        return True
+    return body.get("Status") == "Fail" and bool(re.search(r"Access denied|authorization", text))  # a load reply
+
+
+@pytest.fixture(scope="module")
+def table(doris: DorisClient, db: str) -> tuple[str, str]:
+    doris.sql(db, "CREATE TABLE t (k INT, v STRING) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    return db, "t"
+
+
+@pytest.fixture(scope="module")
+def db(doris: DorisClient) -> str:  # one database for the module (the conftest one is per test)
+    import uuid
+
+    name = f"db_{uuid.uuid4().hex[:12]}"
+    doris.sql(name, f"CREATE DATABASE {name}")
+    return name
+
+
+def test_the_open_routes_are_exactly_the_probes(served_app: Any, base_url: str) -> None:
+    routes = app_routes(served_app)
+    assert OPEN <= set(routes)
+    for method, path in OPEN:
+        assert httpx.request(method, base_url + path, timeout=30).status_code == 200
+    # nothing else is served: no interactive docs or schema route beside the committed openapi/openapi.json
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(base_url + path, timeout=30).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "auth", [pytest.param(None, id="no credentials"), pytest.param(("root", "wrong"), id="a wrong password")]
+)
+def test_every_other_route_refuses_requests_without_valid_credentials(
+    served_app: Any, base_url: str, doris: DorisClient, table: tuple[str, str], auth: tuple[str, str] | None
+) -> None:
+    db, name = table
+    doris.stream_load(db, name, "1,kept\n", headers={"column_separator": ","})
+    values = {"db": db, "table": name, "ns": "default_cluster"}
+    checked = []
+    for method, path in app_routes(served_app):
+        if (method, path) in OPEN:
+            continue
+        url = base_url + re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+        resp = httpx.request(
+            method,
+            url,
+            auth=auth,
+            params={"label": "x", "file": "x", "tablet_id": "1", "compact_type": "base"},
+            headers={"column_separator": ",", "txn_operation": "abort", "label": "x", "Expect": "100-continue"},
+            content=b'{"stmt": "DROP TABLE t"}' if method == "POST" else b"2,loaded\n",
+            timeout=60,
+        )
+        assert refused(resp), (method, path, resp.status_code, resp.text)
+        checked.append(path)
+    assert len(checked) >= 10, checked
+    # nothing a refused request asked for happened
+    assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[1, "kept"]]
