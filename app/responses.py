@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import Response
 
 from loaders.errors import LoadError
 from tables.errors import DorisError, LabelAlreadyExists
 from tables.load_spec import LoadResult
+
+log = logging.getLogger(__name__)
 
 
 class DorisLoadResponse(Response):
@@ -58,3 +62,17 @@ def fe_unauthorized(reason: str) -> Response:
 
 def fe_bad_request(reason: str) -> Response:
     return fe_json(reason, msg="Bad Request", code=403)
+
+
+def unexpected_error(request: Request, exc: Exception) -> Response:
+    """The last resort for an exception no route caught (a bug): a Doris-shaped failure, never a bare 500.
+
+    A stream load answers the load JSON with `Status: Fail`; every other route the FE envelope. The trace
+    goes to the log only: an error text may carry internals a client has no business seeing.
+    """
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    reason = f"internal error ({type(exc).__name__}); the server log has the details"
+    if request.url.path.endswith(("/_stream_load", "/_stream_load_2pc")):
+        label = request.headers.get("label", "")
+        return DorisLoadResponse(load_error_result(RuntimeError(reason), label=label))
+    return fe_error(reason)

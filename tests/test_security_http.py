@@ -102,3 +102,62 @@ def test_every_other_route_refuses_requests_without_valid_credentials(
     assert len(checked) >= 10, checked
     # nothing a refused request asked for happened
     assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[1, "kept"]]
+
+
+@pytest.mark.parametrize(
+    "method, path, kwargs",
+    [
+        pytest.param(
+            "POST", "/api/query/default_cluster/{db}", {"json": {"stmt": "SELECT 1", "limit": "x"}}, id="sql limit"
+        ),
+        pytest.param(
+            "POST",
+            "/api/query/default_cluster/{db}",
+            {"json": {"stmt": "SELECT 1", "limit": 1e300}},
+            id="sql huge limit",
+        ),
+        pytest.param("POST", "/api/query/default_cluster/{db}", {"content": b"\xff\xfe{"}, id="sql body not UTF-8"),
+        pytest.param("POST", "/api/query/default_cluster/{db}", {"json": [1, 2]}, id="sql body a list"),
+        pytest.param("POST", "/api/query/default_cluster/{db}", {"json": {"stmt": 7}}, id="sql stmt a number"),
+        pytest.param("GET", "/api/{db}/get_load_state", {"params": {"label": "x" * 5000}}, id="load state long label"),
+        pytest.param(
+            "PUT",
+            "/api/{db}/_stream_load_2pc",
+            {"headers": {"txn_id": "1e999", "txn_operation": "commit"}},
+            id="2pc txn id",
+        ),
+        pytest.param(
+            "PUT",
+            "/api/{db}/_stream_load_2pc",
+            {"headers": {"txn_id": "-1", "txn_operation": "drop"}},
+            id="2pc operation",
+        ),
+        pytest.param("GET", "/api/compaction/show", {"params": {"tablet_id": "9" * 40}}, id="tablet id overflow"),
+        pytest.param(
+            "POST", "/api/compaction/run", {"params": {"tablet_id": "1", "compact_type": "x" * 300}}, id="compact type"
+        ),
+        pytest.param("GET", "/api/{db}/%2e%2e/_schema", {}, id="schema of a dot-dot table"),
+        pytest.param(
+            "PUT",
+            "/api/{db}/t/_stream_load",
+            {"headers": {"timeout": "1e400", "max_filter_ratio": "nan"}},
+            id="load odd numbers",
+        ),
+        pytest.param("PUT", "/api/{db}/t/_stream_load", {"headers": {"columns": "(" * 2000}}, id="load deep columns"),
+    ],
+)
+def test_odd_requests_get_a_doris_shaped_answer_never_a_500(
+    base_url: str, table: tuple[str, str], method: str, path: str, kwargs: dict[str, Any]
+) -> None:
+    db, _ = table
+    resp = httpx.request(
+        method,
+        base_url + path.replace("{db}", db),
+        auth=("root", ""),
+        timeout=60,
+        content=kwargs.pop("content", b"1,a\n") if method == "PUT" else kwargs.pop("content", None),
+        **kwargs,
+    )
+    assert resp.status_code < 500, (resp.status_code, resp.text)
+    body = resp.json()
+    assert ("Status" in body and "Message" in body) or ("msg" in body) or ("status" in body), body
