@@ -12,6 +12,7 @@ tablet   one bucket of the table. A rowset spans every bucket (a small load writ
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from tables.model import DELETE_SIGN, VERSION_COL
 
 if TYPE_CHECKING:
     from tables.catalog import Catalog
+
+log = logging.getLogger(__name__)
 
 RANGE_NAME = re.compile(r"^r(\d+)_(\d+)-")
 TABLETS_PER_TABLE = 10_000  # tablet id = table base + bucket; Doris caps buckets far below this
@@ -169,12 +172,17 @@ def bucket_of_tablet(table_uuid: uuid.UUID, buckets: int, tablet_id: int) -> int
 
 
 def rowsets_per_table(catalog: Catalog) -> dict[tuple[str, str], int]:
-    """`(db, table) → live rowsets` for every table of the catalog (the `/metrics` gauge)."""
+    """`(db, table) → live rowsets` for every readable table of the catalog (the `/metrics` gauge).
+
+    A table dropped while the scrape runs is left out; so is one whose metadata or manifests cannot be
+    read (logged): one broken table never takes the scrape down.
+    """
     counts: dict[tuple[str, str], int] = {}
-    for db in catalog.list_databases():
-        for table in catalog.list_tables(db):
-            try:
-                counts[(db, table)] = len(catalog.load(db, table).rowsets())
-            except DorisError:  # dropped while the scrape ran
-                continue
+    for db, table in sorted(catalog.table_locations()):
+        try:
+            counts[(db, table)] = len(catalog.load(db, table).rowsets())
+        except DorisError:  # dropped while the scrape ran, or unreadable (the catalog logged it)
+            continue
+        except (OSError, ValueError, KeyError) as exc:  # a manifest or data file entry is missing or damaged
+            log.warning("rowsets of %s.%s cannot be read: %r", db, table, exc)
     return counts
