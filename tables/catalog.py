@@ -31,12 +31,9 @@ from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotF
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.paths import remove_tree
-from tables.rowsets import Rowset, table_rowsets
+from tables.rowsets import UNREADABLE, Rowset, table_rowsets
 
 log = logging.getLogger(__name__)
-
-# what reading a table's metadata raises when a file is missing or damaged (pydantic errors are ValueErrors)
-UNREADABLE = (OSError, ValueError, KeyError)
 
 VERSION_PROPERTY = "doris.version"
 INITIAL_VERSION = 1
@@ -78,6 +75,10 @@ class TableHandle:
 
 def _plain_path(uri: str) -> str:
     return urlparse(uri).path if uri.startswith("file:") else uri
+
+
+def _first_line(exc: BaseException) -> str:
+    return next(iter(str(exc).strip().splitlines()), "")
 
 
 class BrokenTable(DorisError):
@@ -185,7 +186,7 @@ class Catalog:
                     return self.load(db, name)
             raise TableNotFound(db, table) from None
         except UNREADABLE as exc:
-            log.warning("table %s.%s cannot be read: %r", db, table, exc)
+            log.warning("table %s.%s cannot be read: %s: %s", db, table, type(exc).__name__, _first_line(exc))
             raise BrokenTable(db, table) from exc
         return TableHandle(definition=definition, iceberg=iceberg)
 

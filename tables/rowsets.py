@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from tables.catalog import Catalog
 
 log = logging.getLogger(__name__)
+
+# what reading a table's metadata or manifests raises when a file is missing or damaged (pydantic's errors
+# are ValueErrors; pyiceberg wraps a metadata file that does not parse in its own ValidationError)
+UNREADABLE = (OSError, ValueError, KeyError, ValidationError)
 
 RANGE_NAME = re.compile(r"^r(\d+)_(\d+)-")
 TABLETS_PER_TABLE = 10_000  # tablet id = table base + bucket; Doris caps buckets far below this
@@ -183,6 +188,6 @@ def rowsets_per_table(catalog: Catalog) -> dict[tuple[str, str], int]:
             counts[(db, table)] = len(catalog.load(db, table).rowsets())
         except DorisError:  # dropped while the scrape ran, or unreadable (the catalog logged it)
             continue
-        except (OSError, ValueError, KeyError) as exc:  # a manifest or data file entry is missing or damaged
-            log.warning("rowsets of %s.%s cannot be read: %r", db, table, exc)
+        except UNREADABLE as exc:  # a manifest or data file entry is missing or damaged
+            log.warning("rowsets of %s.%s cannot be read: %s", db, table, type(exc).__name__)
     return counts
