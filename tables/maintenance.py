@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tables.catalog import Catalog, TableHandle, _plain_path
+from tables.catalog import BrokenTable, Catalog, TableHandle, _plain_path
 from tables.errors import DatabaseNotFound, TableNotFound
 from tables.paths import UnsafePath, removable_path, remove_file
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
@@ -153,6 +153,8 @@ def run_maintenance(
             report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now, root=root)
         except (DatabaseNotFound, TableNotFound):
             continue  # dropped while the pass ran
+        except BrokenTable:
+            continue  # unreadable: the catalog logged it, and there is nothing to tidy that can be trusted
         except UnsafePath as exc:
             log.warning("orphan files of %s.%s are not removed: %s", db, name, exc.message)
         except Exception:  # one broken table must not stop the others' housekeeping
