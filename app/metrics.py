@@ -22,6 +22,7 @@ from tables.load_spec import LoadResult
 
 router = APIRouter()
 load_log = logging.getLogger("app.load")
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -34,7 +35,12 @@ class RowsetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("doris_table_rowsets", "Live rowsets of a table", labels=["db", "table"])
-        for (db, table), count in sorted(self.rowsets().items()):
+        try:
+            counts = self.rowsets()
+        except Exception:  # the catalog itself failing must not take the counters down with it
+            log.exception("the rowset gauge could not be computed")
+            counts = {}
+        for (db, table), count in sorted(counts.items()):
             family.add_metric([db, table], count)
         yield family
 

@@ -19,8 +19,9 @@ from loaders.errors import BadHeader
 from loaders.expressions import DEFAULT_LIMITS, Size, parse_columns, parse_condition
 from loaders.formats.csv import decode_separator
 from tables.load_spec import InputLimits, LoadRequest, MergeType
+from tables.names import LABEL_REGEX, InvalidName, check_label
 
-LABEL_PATTERN = re.compile(r"^[-_A-Za-z0-9:]{1,128}$")
+LABEL_PATTERN = re.compile(LABEL_REGEX)
 MAX_TIMEOUT_S = 259200
 MAX_SKIP_LINES = 2**31 - 1
 
@@ -165,10 +166,11 @@ def _check_integers(headers: Mapping[str, str]) -> None:
 
 
 def validate_label(label: str) -> str:
-    """Raises: BadHeader when the label breaks Doris's label rule."""
-    if not LABEL_PATTERN.match(label):
-        raise BadHeader(f"Incorrect label format. Label '{label}' must match the regex ^[-_A-Za-z0-9:]{{1,128}}$")
-    return label
+    """Raises: BadHeader when the label breaks Doris's label rule (Doris's `FeNameFormat.checkLabel` text)."""
+    try:
+        return check_label(label)
+    except InvalidName as exc:
+        raise BadHeader(exc.message) from None
 
 
 def parse_load_request(

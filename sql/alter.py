@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from sqlglot import TokenType
 
-from sql.ddl import AGGREGATIONS, check_sequence_mapping, parse_column, parse_properties, split_type
+from sql.ddl import (
+    AGGREGATIONS,
+    check_new_column_name,
+    check_sequence_mapping,
+    parse_column,
+    parse_properties,
+    split_type,
+)
 from sql.errors import SqlError
 from sql.tokens import Cursor
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
@@ -145,6 +152,7 @@ def _find(table: TableDef, name: str) -> ColumnDef:
 def _check_new_column(table: TableDef, col: ColumnDef) -> ColumnDef:
     if col.name.upper().startswith(HIDDEN_PREFIX):
         raise SqlError(f"Incorrect column name '{col.name}'. Column name can not start with '{HIDDEN_PREFIX}'")
+    check_new_column_name(col.name)
     if table.column(col.name) is not None:
         raise SqlError(f"Can not add column which already exists in base table: {col.name}")
     if col.is_key:
@@ -239,6 +247,7 @@ def _rename(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) 
     new = clause.new_name
     if new.upper().startswith(HIDDEN_PREFIX):
         raise SqlError(f"Incorrect column name '{new}'. Column name can not start with '{HIDDEN_PREFIX}'")
+    check_new_column_name(new)
     if table.column(new) is not None:
         raise SqlError(f"Column name[{new}] is already used")
     if table.sequence_mapping:

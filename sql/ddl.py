@@ -13,6 +13,7 @@ from sqlglot import TokenType
 from sql.errors import SqlError
 from sql.tokens import Cursor
 from tables.model import HIDDEN_PREFIX, ColumnDef, KeysType, TableDef
+from tables.names import InvalidName, check_column_name
 from tables.types import DorisType, UnsupportedType
 
 AGGREGATIONS = (
@@ -28,6 +29,7 @@ AGGREGATIONS = (
 )
 UNSUPPORTED_AGGREGATIONS = ("HLL_UNION", "BITMAP_UNION", "QUANTILE_UNION", "GENERIC")
 DEFAULT_BUCKETS = 10
+MAX_BUCKETS = 768  # Doris FE config max_bucket_num_per_partition (its default since 4.1)
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,8 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             else:
                 cur.expect("RANDOM")
             if cur.accept("BUCKETS"):
-                if not cur.accept("AUTO"):
-                    buckets = int(cur.expect_type(TokenType.NUMBER, "a bucket count").text)
+                if not cur.accept("AUTO"):  # AUTO takes the default count, well below the cap
+                    buckets = _bucket_count(cur)
         elif cur.accept("ROLLUP"):
             cur.skip_parens()
         elif cur.accept("PROPERTIES"):
@@ -219,6 +221,33 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
         ),
         if_not_exists=if_not_exists,
     )
+
+
+def _bucket_count(cur: Cursor) -> int:
+    """`BUCKETS n`, with Doris's cap on n.
+
+    Raises:
+        SqlError: not a whole number, or above `MAX_BUCKETS` (Doris's text).
+    """
+    text = cur.expect_type(TokenType.NUMBER, "a bucket count").text
+    if not text.isdigit():
+        raise SqlError(f"Invalid bucket count: {text}")
+    buckets = int(text)
+    if buckets > MAX_BUCKETS:
+        raise SqlError(
+            f"Number of buckets ({buckets}) exceeds the maximum allowed value ({MAX_BUCKETS}). Generally, a large "
+            "number of buckets is not needed. If you have a specific use case requiring more buckets, please review "
+            "your schema design or modify the FE config 'max_bucket_num_per_partition' to adjust this limit."
+        )
+    return buckets
+
+
+def check_new_column_name(name: str) -> None:
+    """Raises: SqlError when a column being created breaks Doris's column name rule."""
+    try:
+        check_column_name(name)
+    except InvalidName as exc:
+        raise SqlError(exc.message) from None
 
 
 def _bool_prop(props: dict[str, str], key: str, default: bool) -> bool:
@@ -247,6 +276,8 @@ def build_table_def(
     Raises:
         SqlError: with Doris's message for the rule broken.
     """
+    for col in columns:
+        check_new_column_name(col.name)
     by_name = {c.name.lower(): c for c in columns}
     if len(by_name) != len(columns):
         raise SqlError("Duplicate column name")

@@ -3,25 +3,37 @@
 A Doris table is one Iceberg table; its `TableDef` lives in the table properties. Every column,
 hidden ones included, is an optional Iceberg field (Spark writes every column as optional), and
 NOT NULL is enforced by the load.
+
+Storage locations are chosen here, never built from names: a new table lives in `<warehouse>/<uuid>`.
+Tables created before that keep pyiceberg's `<warehouse>/<db>/<table>`, and their names were never
+checked, so a drop removes a location only through the guard of `tables.paths`. A table whose metadata
+cannot be read raises `BrokenTable` for that table alone: listing and every other table keep working.
 """
 
 from __future__ import annotations
 
-import shutil
+import logging
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import NestedField
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
 from tables.model import DEFINITION_PROPERTY, TableDef
-from tables.rowsets import Rowset, table_rowsets
+from tables.names import check_database_name, check_table_name
+from tables.paths import remove_tree
+from tables.rowsets import UNREADABLE, Rowset, table_rowsets
+
+log = logging.getLogger(__name__)
 
 VERSION_PROPERTY = "doris.version"
 INITIAL_VERSION = 1
@@ -65,12 +77,25 @@ def _plain_path(uri: str) -> str:
     return urlparse(uri).path if uri.startswith("file:") else uri
 
 
+def _first_line(exc: BaseException) -> str:
+    return next(iter(str(exc).strip().splitlines()), "")
+
+
+class BrokenTable(DorisError):
+    """The table is in the catalog but its metadata or definition cannot be read."""
+
+    def __init__(self, db: str, table: str) -> None:
+        super().__init__(f"Table '{table}' in database '{db}' cannot be read: its metadata is missing or damaged")
+        self.db = db
+        self.table = table
+
+
 class Catalog:
     """Databases and tables over a pyiceberg SQL catalog (SQLite file by default)."""
 
     def __init__(self, *, uri: str, warehouse: Path) -> None:
         warehouse.mkdir(parents=True, exist_ok=True)
-        self.warehouse = warehouse
+        self.warehouse = warehouse.resolve()
         self._iceberg = SqlCatalog("default", uri=uri, warehouse=f"file://{warehouse}")
         self._ddl_lock = threading.Lock()
 
@@ -79,8 +104,11 @@ class Catalog:
         """Create a database.
 
         Raises:
+            InvalidName: the name breaks Doris's database name rule.
             AlreadyExists: it exists and `if_not_exists` is false.
         """
+        if not (if_not_exists and self.database_exists(db)):
+            check_database_name(db)
         try:
             self._iceberg.create_namespace(db)
         except NamespaceAlreadyExistsError:
@@ -117,8 +145,9 @@ class Catalog:
         """Create the Iceberg table for a definition; returns False when it existed and `if_not_exists`.
 
         Raises:
-            DatabaseNotFound, AlreadyExists.
+            InvalidName, DatabaseNotFound, AlreadyExists.
         """
+        check_table_name(definition.name)
         self.require_database(definition.db)
         fields = [
             NestedField(field_id=i, name=col.name, field_type=col.type.iceberg_type(), required=False)
@@ -132,14 +161,23 @@ class Catalog:
             self._iceberg.create_table(
                 (definition.db, definition.name),
                 schema=Schema(*fields),
+                location=f"file://{self._new_location()}",
                 properties={DEFINITION_PROPERTY: definition.to_json(), "format-version": "2"},
             )
         return True
 
+    def _new_location(self) -> Path:
+        """A fresh directory under the warehouse, named by a random uuid (never by the table's name)."""
+        while True:
+            location = self.warehouse / uuid.uuid4().hex
+            if not location.exists():  # an old layout's database directory could, in theory, be named so
+                return location
+
     def load(self, db: str, table: str) -> TableHandle:
-        """Raises: DatabaseNotFound, TableNotFound."""
+        """Raises: DatabaseNotFound, TableNotFound, BrokenTable."""
         try:
             iceberg = self._iceberg.load_table((db, table))
+            definition = TableDef.from_json(iceberg.properties[DEFINITION_PROPERTY])
         except (NoSuchTableError, NoSuchNamespaceError):
             self.require_database(db)
             # Doris table names are case-sensitive but users often expect a case-insensitive match
@@ -147,16 +185,39 @@ class Catalog:
                 if name.lower() == table.lower():
                     return self.load(db, name)
             raise TableNotFound(db, table) from None
-        definition = TableDef.from_json(iceberg.properties[DEFINITION_PROPERTY])
+        except UNREADABLE as exc:
+            log.warning("table %s.%s cannot be read: %s: %s", db, table, type(exc).__name__, _first_line(exc))
+            raise BrokenTable(db, table) from exc
         return TableHandle(definition=definition, iceberg=iceberg)
 
     def drop_table(self, db: str, table: str, *, if_exists: bool = False) -> None:
-        """Drop a table and remove its files."""
+        """Drop a table; its files go too when its location passes the guard of `tables.paths`.
+
+        A broken table is dropped as well (its catalog entry; its files when the guard allows).
+        """
+        location: Path | None
         try:
             handle = self.load(db, table)
+            name, location = handle.iceberg.name()[-1], handle.location
         except TableNotFound:
             if if_exists:
                 return
             raise
-        self._iceberg.drop_table((db, handle.definition.name))
-        shutil.rmtree(handle.location, ignore_errors=True)
+        except BrokenTable as exc:
+            name, location = exc.table, None
+        others = self.table_locations()
+        location = location or others.get((db, name))
+        others.pop((db, name), None)
+        self._iceberg.drop_table((db, name))
+        if location is not None and not remove_tree(location, [self.warehouse], others=others.values()):
+            log.warning("dropped table %s.%s; its files at %s stay where they are", db, name, location)
+
+    def table_locations(self) -> dict[tuple[str, str], Path]:
+        """`(db, table) → location` of every table, broken ones included, without reading any metadata.
+
+        The location is the directory holding `metadata/`, which is where pyiceberg keeps a table's metadata.
+        """
+        query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location)
+        with Session(self._iceberg.engine) as session:
+            rows = session.execute(query.where(IcebergTables.catalog_name == self._iceberg.name)).all()
+        return {(ns, name): Path(_plain_path(meta)).parent.parent for ns, name, meta in rows if meta}

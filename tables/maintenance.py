@@ -5,6 +5,10 @@ expire snapshots    older than the keep time or past the newest `keep_count`, bu
                     oldest unresolved transaction (commit time grows with the snapshots a table keeps)
 remove orphans      staging files and rowset files no snapshot references, except files of a
                     transaction still PREPARE / PRECOMMITTED, and files younger than the grace period
+
+Every removal goes through `tables.paths`: a table's files only when its location lies strictly inside the
+warehouse and overlaps no other table's (an old table named `.` sits on its whole database), staging files
+only inside the staging directory. A table that cannot be read is logged and skipped.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tables.catalog import Catalog, TableHandle, _plain_path
+from tables.catalog import BrokenTable, Catalog, TableHandle, _plain_path
 from tables.error_logs import expire_error_logs
+from tables.errors import DatabaseNotFound, TableNotFound
+from tables.paths import UnsafePath, removable_path, remove_file
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
 
 log = logging.getLogger(__name__)
@@ -79,8 +85,14 @@ def referenced_files(handle: TableHandle) -> set[str]:
     return {_plain_path(p) for p in table.column("file_path").to_pylist()}
 
 
-def remove_orphans(handle: TableHandle, protected: set[int], *, grace_seconds: float, now: float) -> int:
-    """Remove rowset files of this table that no snapshot references; returns how many."""
+def remove_orphans(
+    handle: TableHandle, protected: set[int], *, grace_seconds: float, now: float, root: Path | None = None
+) -> int:
+    """Remove rowset files of this table that no snapshot references; returns how many.
+
+    Only files strictly inside `root` (the table's location once the caller checked it) are removed.
+    """
+    root = root or handle.location
     data_dir = handle.location / "data"
     if not data_dir.is_dir():
         return 0
@@ -97,10 +109,9 @@ def remove_orphans(handle: TableHandle, protected: set[int], *, grace_seconds: f
                 live = str(path) in referenced
             if live or now - path.stat().st_mtime < grace_seconds:
                 continue
-            path.unlink(missing_ok=True)
-            removed += 1
+            removed += remove_file(path, [root])
         if not any(txn_dir.iterdir()) and now - txn_dir.stat().st_mtime >= grace_seconds:
-            txn_dir.rmdir()
+            remove_file(txn_dir, [root])
     return removed
 
 
@@ -112,8 +123,7 @@ def remove_staging_orphans(staging: Path, protected: set[int], *, grace_seconds:
         txn_id = _txn_id_of(path.name)
         if txn_id in protected or now - path.stat().st_mtime < grace_seconds:
             continue
-        path.unlink(missing_ok=True)
-        removed += 1
+        removed += remove_file(path, [staging])
     return removed
 
 
@@ -131,17 +141,25 @@ def run_maintenance(
     now = time.time() if now is None else now
     report = MaintenanceReport(labels_forgotten=txns.forget_expired())
     protected = {t.txn_id for t in _unresolved(txns)}
-    for db in catalog.list_databases():
-        for name in catalog.list_tables(db):
-            try:
-                handle = catalog.load(db, name)
-                report.snapshots_expired += expire_snapshots(
-                    handle, txns, keep_seconds=snapshot_keep_seconds, now=now, keep_count=snapshot_keep_count
-                )
-                handle = catalog.load(db, name)
-                report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now)
-            except Exception:  # one broken table must not stop the others' housekeeping
-                log.exception("maintenance of %s.%s failed", db, name)
+    locations = catalog.table_locations()
+    for db, name in sorted(locations):
+        try:
+            handle = catalog.load(db, name)
+            report.snapshots_expired += expire_snapshots(
+                handle, txns, keep_seconds=snapshot_keep_seconds, now=now, keep_count=snapshot_keep_count
+            )
+            handle = catalog.load(db, name)
+            others = [loc for key, loc in locations.items() if key != (db, name)]
+            root = removable_path(handle.location, [catalog.warehouse], others=others)
+            report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now, root=root)
+        except (DatabaseNotFound, TableNotFound):
+            continue  # dropped while the pass ran
+        except BrokenTable:
+            continue  # unreadable: the catalog logged it, and there is nothing to tidy that can be trusted
+        except UnsafePath as exc:
+            log.warning("orphan files of %s.%s are not removed: %s", db, name, exc.message)
+        except Exception:  # one broken table must not stop the others' housekeeping
+            log.exception("maintenance of %s.%s failed", db, name)
     report.files_removed += remove_staging_orphans(staging, protected, grace_seconds=grace_seconds, now=now)
     error_logs = staging.parent / "error_log"
     report.files_removed += expire_error_logs(error_logs, keep_seconds=txns.label_keep_seconds, now=now)

@@ -12,6 +12,7 @@ tablet   one bucket of the table. A rowset spans every bucket (a small load writ
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
@@ -29,6 +31,12 @@ from tables.model import DELETE_SIGN, VERSION_COL
 
 if TYPE_CHECKING:
     from tables.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+# what reading a table's metadata or manifests raises when a file is missing or damaged (pydantic's errors
+# are ValueErrors; pyiceberg wraps a metadata file that does not parse in its own ValidationError)
+UNREADABLE = (OSError, ValueError, KeyError, ValidationError)
 
 RANGE_NAME = re.compile(r"^r(\d+)_(\d+)-")
 TABLETS_PER_TABLE = 10_000  # tablet id = table base + bucket; Doris caps buckets far below this
@@ -169,12 +177,17 @@ def bucket_of_tablet(table_uuid: uuid.UUID, buckets: int, tablet_id: int) -> int
 
 
 def rowsets_per_table(catalog: Catalog) -> dict[tuple[str, str], int]:
-    """`(db, table) → live rowsets` for every table of the catalog (the `/metrics` gauge)."""
+    """`(db, table) → live rowsets` for every readable table of the catalog (the `/metrics` gauge).
+
+    A table dropped while the scrape runs is left out; so is one whose metadata or manifests cannot be
+    read (logged): one broken table never takes the scrape down.
+    """
     counts: dict[tuple[str, str], int] = {}
-    for db in catalog.list_databases():
-        for table in catalog.list_tables(db):
-            try:
-                counts[(db, table)] = len(catalog.load(db, table).rowsets())
-            except DorisError:  # dropped while the scrape ran
-                continue
+    for db, table in sorted(catalog.table_locations()):
+        try:
+            counts[(db, table)] = len(catalog.load(db, table).rowsets())
+        except DorisError:  # dropped while the scrape ran, or unreadable (the catalog logged it)
+            continue
+        except UNREADABLE as exc:  # a manifest or data file entry is missing or damaged
+            log.warning("rowsets of %s.%s cannot be read: %s", db, table, type(exc).__name__)
     return counts

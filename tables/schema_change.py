@@ -41,7 +41,8 @@ def apply_ops(update: UpdateSchema, ops: list[SchemaOp]) -> None:
     """Stage the operations on an Iceberg schema update (all columns optional, as Spark writes them)."""
     for op in ops:
         if isinstance(op, AddColumn):
-            update.add_column(op.column.name, op.column.type.iceberg_type(), required=False)
+            # a tuple: Doris allows `.` in a column name, which a string path would read as nesting
+            update.add_column((op.column.name,), op.column.type.iceberg_type(), required=False)
         elif isinstance(op, DropColumn):
             update.delete_column(op.name)
         elif isinstance(op, RenameColumn):

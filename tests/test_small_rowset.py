@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from spark_runner import small_rowset
+from tables.catalog import Catalog
 from tests.helpers import DorisClient, assert_doris_result
 
 COLUMNS = (
@@ -22,8 +24,14 @@ BODY = (
 )
 
 
+def location(server_settings: Any, db: str, table: str) -> Path:
+    """The table's directory (the server chooses it): asked of the catalog."""
+    catalog = Catalog(uri=server_settings.resolved_catalog_uri, warehouse=server_settings.resolved_warehouse)
+    return catalog.load(db, table).location
+
+
 def rowset(server_settings: Any, db: str, table: str) -> pq.ParquetFile:
-    files = list(server_settings.resolved_warehouse.rglob(f"{db}/{table}/data/*/*.parquet"))
+    files = list(location(server_settings, db, table).glob("data/*/*.parquet"))
     assert len(files) == 1
     return pq.ParquetFile(files[0])
 
@@ -36,11 +44,11 @@ def layout(file: pq.ParquetFile) -> list[str]:
 def test_small_rowset_matches_sparks_file(
     doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    written: dict[str, list[str]] = {}
+    written: dict[Path, list[str]] = {}
     real = small_rowset.write_collected
 
     def spy(out: Any, directory: Any, *, version: int) -> list[str]:
-        written[directory.parent.parent.name] = files = real(out, directory, version=version)
+        written[directory.parent.parent] = files = real(out, directory, version=version)
         return files
 
     monkeypatch.setattr(small_rowset, "write_collected", spy)
@@ -52,7 +60,7 @@ def test_small_rowset_matches_sparks_file(
             db, table, BODY, headers={"column_separator": ",", "label": table, "max_filter_ratio": "1"}
         )
         assert_doris_result(reply, total=3, loaded=3)
-    assert list(written) == ["direct"]  # only the small path wrote its own file
+    assert list(written) == [location(server_settings, db, "direct")]  # only the small path wrote its own file
     spark_file, direct_file = rowset(server_settings, db, "by_spark"), rowset(server_settings, db, "direct")
     assert layout(direct_file) == layout(spark_file)
     assert direct_file.read().column("k").to_pylist() == [1, 2, 3]  # sorted by key

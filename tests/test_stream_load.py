@@ -203,7 +203,11 @@ def test_bad_rows_fail_the_load_and_change_nothing(
         ),
         pytest.param({"timeout": "soon"}, "Invalid timeout format", id="timeout-not-integer"),
         pytest.param({"max_filter_ratio": "lots"}, "max_filter_ratio", id="max-filter-ratio-not-number"),
-        pytest.param({"label": "bad label"}, "Label 'bad label'", id="label-with-space"),
+        pytest.param(
+            {"label": "bad label"},
+            "Label format error. regex: ^[-_A-Za-z0-9:]{1,128}$, label: bad label",
+            id="label-with-space",
+        ),
         pytest.param(
             {"columns": "k, v, n = reflect('java.lang.Runtime', 'getRuntime')"},
             "function reflect is not allowed",
