@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from tables.errors import (
     TxnStateError,
 )
 from tables.model import DEFINITION_PROPERTY, TableDef
+from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.rowset import restamp_version
 from tables.rowsets import RowsetsChanged, live_data_files, plain_path
@@ -218,7 +218,7 @@ class TableWriter:
                 if pending.files:
                     self._trim_snapshots(handle, turnstile)
         except BaseException:
-            shutil.rmtree(pending.directory, ignore_errors=True)
+            remove_tree(pending.directory, [self._catalog.warehouse])
             # group members are the caller's to decide: an acknowledged async load is retried, not aborted
             self._txns.transition(txn_id, (PREPARE,), ABORTED)
             raise
@@ -244,7 +244,7 @@ class TableWriter:
         if writing is not None:
             turnstile, version, directory = writing
             turnstile.done(version)
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory, [self._catalog.warehouse])
         return True
 
     def _planned_table(self, db: str, table: str, txn_id: int) -> TableHandle:
@@ -373,7 +373,7 @@ class TableWriter:
             f"version {current.schema_version} → {now}); no data was loaded, retry the load"
         )
         if self._txns.transition(txn_id, (PRECOMMITTED,), ABORTED, reason=reason):
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory, [self._catalog.warehouse])
         latest = self._txns.get(txn_id)
         raise TxnStateError(latest.state if latest else UNKNOWN, latest.reason if latest else reason)
 
@@ -429,7 +429,7 @@ class TableWriter:
                 handle = self._catalog.load(txn.db, txn.table)
             except DorisError:
                 return
-            shutil.rmtree(handle.location / "data" / f"txn_{txn_id}", ignore_errors=True)
+            remove_tree(handle.location / "data" / f"txn_{txn_id}", [self._catalog.warehouse])
 
     def drop_table(self, db: str, table: str, *, if_exists: bool = False, force: bool = False) -> None:
         """DROP TABLE: Doris's refusal while a transaction of the table is COMMITTED and not yet visible
@@ -519,7 +519,7 @@ class TableWriter:
                 turnstile.last_metadata = handle.iceberg.metadata_location
             self._txns.set_state(txn_id, VISIBLE)
         except BaseException:
-            shutil.rmtree(pending.directory, ignore_errors=True)
+            remove_tree(pending.directory, [self._catalog.warehouse])
             self._txns.set_state(txn_id, ABORTED)
             raise
 
@@ -696,7 +696,7 @@ def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int
         if handle is not None:
             committed = _committed(handle, txn.txn_id)
             if not committed:
-                shutil.rmtree(handle.location / "data" / f"txn_{txn.txn_id}", ignore_errors=True)
+                remove_tree(handle.location / "data" / f"txn_{txn.txn_id}", [catalog.warehouse])
         txns.set_state(txn.txn_id, VISIBLE if committed else ABORTED)
         visible += committed
         aborted += not committed
