@@ -77,6 +77,22 @@ class Settings(BaseSettings):
     pause_at: str | None = Field(
         None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
     )
+    sql_max_statements: int = Field(100, description="Most `;`-separated statements in one SQL request.")
+    sql_max_string_bytes: int = Field(
+        10 * 1024 * 1024, description="Largest value a string-growing SQL function (repeat, lpad, concat...) may make."
+    )
+    sql_max_generated_rows: int = Field(
+        10_000_000, description="Most rows of the range table function and elements of array_repeat/sequence."
+    )
+    mysql_max_result_rows: int = Field(
+        1_000_000, description="Most rows of one MySQL-protocol result set; a larger one is refused."
+    )
+    mysql_max_connections: int = Field(
+        1024, description="Most concurrent MySQL-protocol connections (Doris's qe_max_connection)."
+    )
+    mysql_handshake_timeout_seconds: float = Field(
+        10.0, description="A MySQL client must finish its handshake (login) within this many seconds."
+    )
 
     @property
     def resolved_data_dir(self) -> Path:
