@@ -131,7 +131,7 @@ def test_sql_attack_is_refused_and_its_target_survives(  # type: ignore[no-untyp
     out = target.parent / f"out-{uuid.uuid4().hex}"
     text = stmt.format(path=target, dir=target.parent, out=out)
     over_http = doris.sql_error(db, text.replace(";;", ";"))
-    assert message in over_http and over_http.startswith("errCode = 2, detailMessage = "), over_http
+    assert message in over_http and "errCode = 2, detailMessage = " in over_http, over_http
     assert_survived(doris, db, target, over_http)
     over_mysql = mysql_error(mysql_port, db, text)
     assert message in over_mysql and "1105" in over_mysql, over_mysql
@@ -140,7 +140,7 @@ def test_sql_attack_is_refused_and_its_target_survives(  # type: ignore[no-untyp
 
 
 ALLOWED = [
-    pytest.param("SELECT '${env:HOME}${system:user.home}' AS v", [["${env:HOME}${system:user.home}"]], id="no-vars"),
+    pytest.param("SELECT '${{env:HOME}}${{system:user.home}}' AS v", [["${env:HOME}${system:user.home}"]], id="no-vars"),
     pytest.param("SELECT count(*) AS n FROM range(10)", [[10]], id="a-small-range-tvf"),
     pytest.param(
         "WITH a AS (SELECT k FROM t), b AS (SELECT * FROM a) SELECT count(*) AS n FROM b", [[2]], id="chained-ctes"
@@ -185,6 +185,7 @@ def test_query_timeout_cancels_the_statement(  # type: ignore[no-untyped-def]
         cur.execute("SET query_timeout = 1")
         with pytest.raises(pymysql.err.OperationalError, match="query timeout"):
             cur.execute(SLOW)
+        cur.execute("SET query_timeout = 900")
         cur.execute("SELECT k FROM t ORDER BY k")
         assert cur.fetchall() == ((1,), (2,))
     assert "Incorrect argument type to variable 'query_timeout'" in doris.sql_error(db, "SET query_timeout = -1")
