@@ -144,6 +144,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             port=settings.mysql_port,
             password=settings.root_password.get_secret_value(),
             max_rows=settings.mysql_max_result_rows,
+            max_statements=settings.sql_max_statements,
             max_connections=settings.mysql_max_connections,
             handshake_timeout=settings.mysql_handshake_timeout_seconds,
         )

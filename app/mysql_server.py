@@ -42,6 +42,7 @@ from sql.errors import SqlError
 from sql.results import ExecStatus, StatementResult
 from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
+from sql.session import check_statement_count
 from sql.tokens import Cursor, split_statements
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ DORIS_VARIABLES = {
     "default_tmp_storage_engine": (str, "olap", True),
     "sql_mode": (str, "ONLY_FULL_GROUP_BY", True),
     "query_timeout": (int, 900, True),
+    "insert_timeout": (int, 14400, True),
 }
 
 # MySQL types of result columns, as Doris's FE reports them in the column definitions
@@ -106,11 +108,12 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
 
     dialect = "doris"
 
-    def __init__(self, executor: SqlExecutor, *, max_rows: int = 1_000_000) -> None:
+    def __init__(self, executor: SqlExecutor, *, max_rows: int = 1_000_000, max_statements: int = 100) -> None:
         self.sql = SqlSession(db="")
         super().__init__(SessionVariables(GlobalVariables(DORIS_VARIABLES)))
         self.executor = executor
         self.max_rows = max_rows
+        self.max_statements = max_statements
         self.affected_rows = 0
         self.client_gone: Callable[[], bool] = lambda: False  # set by the server once the socket is known
 
@@ -132,7 +135,7 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
         if not statements:
             raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
         try:
-            self.executor.check_statement_count(len(statements))
+            check_statement_count(len(statements), self.max_statements)
         except SqlError as exc:
             raise doris_error(exc) from None
         result: AllowedResult = None
@@ -289,7 +292,8 @@ class DorisMysqlServer(MysqlServer):  # type: ignore[misc]  # mysql-mimic ships 
             if inspect.isawaitable(session):
                 session = await session
             if isinstance(session, DorisSession):
-                # a closed socket reads EOF even while unread packets (COM_QUIT) wait in the buffer
+                # `_eof` is set once the peer has closed, even while its last packets (a COM_QUIT) are unread
+                # in the buffer, when `at_eof()` still says False
                 session.client_gone = lambda: bool(getattr(reader, "_eof", False)) or writer.is_closing()
             connection = DorisConnection(
                 stream=stream,
@@ -331,6 +335,7 @@ async def start_mysql_server(
     port: int,
     password: str,
     max_rows: int = 1_000_000,
+    max_statements: int = 100,
     max_connections: int = 1024,
     handshake_timeout: float = 10.0,
 ) -> DorisMysqlServer:
@@ -340,7 +345,8 @@ async def start_mysql_server(
         OSError: the port cannot be bound.
     """
     server = DorisMysqlServer(
-        session_factory=lambda: DorisSession(executor, max_rows=max_rows), identity_provider=DorisUsers(password)
+        session_factory=lambda: DorisSession(executor, max_rows=max_rows, max_statements=max_statements),
+        identity_provider=DorisUsers(password),
     )
     server.max_connections = max_connections
     server.handshake_timeout = handshake_timeout

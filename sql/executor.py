@@ -28,7 +28,7 @@ from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.routine_load import is_routine_load
 from sql.routine_load_commands import run_routine_load_statement
 from sql.select import QueryLimits, drop_views, parse_query, run_query
-from sql.session import Session
+from sql.session import Session, check_statement_count
 from sql.show_create import show_create_table
 from sql.tokens import Cursor, split_statements
 from tables.catalog import Catalog
@@ -95,25 +95,21 @@ class SqlExecutor:
         statements = split_statements(text)
         if not statements:
             raise SqlError("Missing statement")
-        self.check_statement_count(len(statements))
+        check_statement_count(len(statements), self.max_statements)
         result: StatementResult = ExecStatus()
         for stmt in statements:
             result = self.execute(stmt, session, limit=limit)
         return result
-
-    def check_statement_count(self, count: int) -> None:
-        """Raises: SqlError when one request carries more statements than SL_SQL_MAX_STATEMENTS."""
-        if count > self.max_statements:
-            raise SqlError(
-                f"Too many statements in one request: {count}, at most {self.max_statements} (SL_SQL_MAX_STATEMENTS)"
-            )
 
     def execute(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
         """Run one statement; its Spark jobs are cancelled past the session's query_timeout or on interrupt."""
         if session.interrupted is not None:
             raise SqlError(session.interrupted)
         started = time.monotonic()
-        with JobGuard(self.spark, timeout_seconds=session.query_timeout) as guard:
+        # as in Doris, statements that write (INSERT, UPDATE, DELETE) have their own, longer timeout
+        writes = text.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE")
+        timeout = session.timeout_seconds("insert_timeout" if writes else "query_timeout")
+        with JobGuard(self.spark, timeout_seconds=timeout) as guard:
             session.running = guard
             try:
                 result = self._translated(text, session, limit, guard)

@@ -14,7 +14,8 @@ _DEFAULTS: dict[str, str] = {
     "partial_update_new_key_behavior": "APPEND",
     "require_sequence_in_insert": "true",
     "time_zone": "Asia/Shanghai",
-    "query_timeout": "900",  # seconds, as Doris's session variable
+    "query_timeout": "900",  # seconds, as Doris's session variables
+    "insert_timeout": "14400",
 }
 
 
@@ -48,14 +49,13 @@ class Session:
                     f"partial_update_new_key_behavior should be one of {{'APPEND', 'ERROR'}}, but found {value}"
                 )
             value = value.upper()
-        if key == "query_timeout" and not (value.isdigit() and int(value) > 0):
+        if key in ("query_timeout", "insert_timeout") and not (value.isdigit() and int(value) > 0):
             raise SqlError(f"Incorrect argument type to variable '{key}'")
         self.variables[key] = value
 
-    @property
-    def query_timeout(self) -> int:
-        """Seconds a statement's Spark jobs may run (`SET query_timeout = n`)."""
-        return int(self.variables.get("query_timeout") or _DEFAULTS["query_timeout"])
+    def timeout_seconds(self, name: str) -> int:
+        """`query_timeout` or `insert_timeout`: seconds a statement's Spark jobs may run (`SET ... = n`)."""
+        return int(self.variables.get(name) or _DEFAULTS[name])
 
     def interrupt(self, reason: str) -> None:
         """Stop the statement in progress and refuse the ones after it."""
@@ -65,3 +65,9 @@ class Session:
 
     def flag(self, name: str) -> bool:
         return self.variables.get(name, "false").lower() in ("true", "1", "on")
+
+
+def check_statement_count(count: int, cap: int) -> None:
+    """Raises: SqlError when one request carries more statements than SL_SQL_MAX_STATEMENTS (nothing runs)."""
+    if count > cap:
+        raise SqlError(f"Too many statements in one request: {count}, at most {cap} (SL_SQL_MAX_STATEMENTS)")

@@ -140,7 +140,9 @@ def test_sql_attack_is_refused_and_its_target_survives(  # type: ignore[no-untyp
 
 
 ALLOWED = [
-    pytest.param("SELECT '${{env:HOME}}${{system:user.home}}' AS v", [["${env:HOME}${system:user.home}"]], id="no-vars"),
+    pytest.param(
+        "SELECT '${{env:HOME}}${{system:user.home}}' AS v", [["${env:HOME}${system:user.home}"]], id="no-vars"
+    ),
     pytest.param("SELECT count(*) AS n FROM range(10)", [[10]], id="a-small-range-tvf"),
     pytest.param(
         "WITH a AS (SELECT k FROM t), b AS (SELECT * FROM a) SELECT count(*) AS n FROM b", [[2]], id="chained-ctes"
@@ -223,9 +225,18 @@ def small_listener(served_app, base_url: str) -> Iterator[int]:  # type: ignore[
     )
     server = asyncio.run_coroutine_threadsafe(start, loop).result(30)
     yield bound_port(server)
-    loop.call_soon_threadsafe(server.close)
+
+    async def stop() -> None:  # connection handlers end inside the loop, not at garbage collection
+        server.close()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    loop.close()
 
 
 def test_mysql_result_rows_are_capped(small_listener: int, db: str, table: str) -> None:
