@@ -94,6 +94,14 @@ ATTACKS = [
         id="set-of-a-spark-setting-stays-a-session-variable",
     ),
     pytest.param("SELECT /*+ REPARTITION(100000) */ * FROM t", "HINT is not allowed", id="spark-hints"),
+    pytest.param("SELECT * FROM t INTO OUTFILE '{out}'", "Syntax error", id="select-into-outfile"),
+    pytest.param("ADD JAR '{path}'", "Unsupported statement", id="add-jar"),
+    pytest.param("CACHE TABLE c AS SELECT * FROM text.`{path}`", "Unsupported statement", id="cache-table"),
+    pytest.param(
+        "INSERT INTO t WITH a AS (SELECT 9 AS k, 'x' AS v) SELECT * FROM (SELECT * FROM a) x, nosuch",
+        "nosuch",
+        id="insert-select-with-a-table-outside-the-cte",
+    ),
     pytest.param(
         "SELECT reflect('java.lang.System', 'getenv', 'SL_ROOT_PASSWORD')",
         "function reflect is not allowed",
