@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    import uvicorn
-
+    from app.connections import server_config
     from app.lifecycle import DrainingServer
     from app.main import create_app
     from app.settings import Settings
@@ -49,10 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         if v is not None
     }
     settings = Settings(**overrides)
+    if (problem := settings.exposure_problem()) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     # one line per record on stderr, next to uvicorn's: the structured `app.load` lines go here
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    config = server_config(app, settings)
     server = DrainingServer(config, app.state.gate, settings.shutdown_timeout_seconds)
     if settings.fe_redirect:
         # one server, one lifespan and one drain for the FE port and the BE port

@@ -20,16 +20,28 @@ async def root() -> PlainTextResponse:
     return PlainTextResponse("Doris-compatible stream load service\n")
 
 
+def backend_alive(request: Request) -> bool:
+    """The one backend is the Spark JVM: alive unless it stopped and its replacement is not running yet.
+    Before the lifespan has built the services the server does not answer at all, so that case is moot."""
+    services = getattr(request.app.state, "services", None)
+    return services is None or services.spark is None or services.spark.alive
+
+
 @router.get("/api/health", operation_id="health", summary="Backends alive", responses=reply(HealthReply, "FE envelope"))
-async def health() -> Response:
-    return fe_json({"online_backend_num": 1, "total_backend_num": 1})
+async def health(request: Request) -> Response:
+    # Doris's FE answers 200 either way; the count says whether a backend can take loads
+    return fe_json({"online_backend_num": int(backend_alive(request)), "total_backend_num": 1})
 
 
 @router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
-async def backends(request: Request, services: ServicesDep) -> Response:
+async def backends(request: Request, services: ServicesDep, is_alive: str | None = None) -> Response:
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
-    return fe_json({"backends": [{"ip": host, "http_port": port, "is_alive": True}]})
+    alive = backend_alive(request)
+    # `?is_alive=true` lists only live backends; Doris's FE reads the flag with Boolean.parseBoolean
+    only_alive = (is_alive or "").lower() == "true"
+    listed = [{"ip": host, "http_port": port, "is_alive": alive}] if alive or not only_alive else []
+    return fe_json({"backends": listed})
 
 
 @router.get(

@@ -11,6 +11,7 @@ from app.lifecycle import LoadGate
 from app.settings import Settings
 from spark_runner.group_commit import GroupCommitter
 from spark_runner.service import LoadService
+from spark_runner.supervisor import SparkHandle
 from sql.executor import SqlExecutor
 from tables.catalog import Catalog
 from tables.pause import PausePoints
@@ -29,6 +30,7 @@ class Services:
     gate: LoadGate = field(default_factory=LoadGate)
     two_phase: TwoPhase | None = None
     group_commit: GroupCommitter | None = None
+    spark: SparkHandle | None = None  # the replaceable Spark session; its JVM's state is the backend's health
 
 
 def get_services(request: Request) -> Services:

@@ -7,7 +7,7 @@ import logging
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +32,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
+    from spark_runner.supervisor import SparkHandle
     from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from sql.select import QueryLimits
@@ -39,13 +40,19 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
     from tables.routine_load import RoutineLoadStore
+    from tables.source_paths import SourcePolicy
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
 
     data_dir = settings.resolved_data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    if spark is None:
-        spark = build_session(master=settings.spark_master, conf=settings.spark_conf)
+
+    def new_session() -> SparkSession:
+        return build_session(master=settings.spark_master, conf=settings.spark_conf)
+
+    # every service gets the handle: a JVM that stops is replaced under them (spark_runner/supervisor.py)
+    handle = SparkHandle(spark if spark is not None else new_session(), new_session)
+    spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
     visible, aborted = recover_prepared(catalog, txns)
@@ -69,6 +76,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         txns=txns,
         staging_dir=data_dir / "staging",
         min_batch_rows=settings.routine_load_min_batch_rows,
+        cert_dir=settings.kafka_cert_dir,
     )
     routine_loads.start()  # after recover_prepared: batches a crash left undecided are resolved first
     executor = SqlExecutor(
@@ -87,7 +95,9 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     )
     two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
     two_phase.recover_committed()
-    services = Services(settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses)
+    services = Services(
+        settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses, spark=handle
+    )
     services.two_phase = two_phase
     services.group_commit = GroupCommitter(
         loads=loads,
@@ -95,7 +105,19 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         interval_ms=settings.group_commit_interval_ms,
         max_loads=settings.group_commit_max_loads,
     )
-    executor.broker_loads = BrokerLoads(loads=loads, data_dir=data_dir)
+    # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
+    server_roots = [
+        data_dir,
+        settings.resolved_warehouse,
+        *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
+    ]
+    executor.broker_loads = BrokerLoads(
+        loads=loads,
+        data_dir=data_dir,
+        sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
+        max_waiting_jobs=settings.broker_max_waiting_jobs,
+        concurrency=settings.broker_load_concurrency,
+    )
     resumed, cancelled = executor.broker_loads.recover()
     if resumed or cancelled:
         log.info("broker loads interrupted by the stop: %d resumed, %d cancelled", resumed, cancelled)
@@ -150,6 +172,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         )
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
+        if services.spark is not None:
+            services.spark.watch()
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
@@ -162,6 +186,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             if services.sql.routine_loads is not None:
                 await run_in_threadpool(services.sql.routine_loads.close)
             compacting.cancel()
+            if services.spark is not None:
+                await run_in_threadpool(services.spark.close)
             services.txns.close()
 
     app = FastAPI(

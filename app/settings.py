@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tables.load_spec import InputLimits
 
 
 class Settings(BaseSettings):
@@ -74,8 +77,74 @@ class Settings(BaseSettings):
         description="Rowsets this big are base level; small rowsets holding this much together are compacted too.",
     )
     compaction_base_min_rowsets: int = Field(5, description="Base compaction once this many base-level rowsets exist.")
+    http_max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Most HTTP connections and requests served at once; past it a request is answered 503.",
+    )
+    http_header_timeout_seconds: float = Field(
+        30.0, gt=0, description="A connection whose request head is not complete this long after it opened is closed."
+    )
     pause_at: str | None = Field(
-        None, description="Test only: `point[:table],...` (staging, job, before_commit, after_commit) blocks there."
+        None,
+        description="Test only: `point[:table][:once],...` (staging, job, before_commit, after_commit) blocks there.",
+    )
+    max_line_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="Longest CSV / JSON line of a stream-load body, after decompression (a body with no newline is "
+        "one line); a longer line fails the load.",
+    )
+    max_string_bytes: int = Field(
+        1048576,
+        ge=1,
+        description="Longest STRING value a load stores; longer values are filtered rows (Doris's "
+        "string_type_length_soft_limit_bytes).",
+    )
+    max_expression_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Largest value a `columns` / `where` / `delete` expression may build (repeat, lpad, replace, "
+        "concat of those), counting each column as a whole line; larger ones are refused before the load.",
+    )
+    max_decompressed_bytes: int = Field(
+        10240 * 1024 * 1024, ge=1, description="Largest stream-load body after decompression."
+    )
+    max_decompression_ratio: float = Field(
+        100.0,
+        gt=0,
+        description="A compressed body may expand to at most this many times its size (bodies under 16 MiB "
+        "decompressed are always allowed).",
+    )
+    body_idle_timeout_seconds: float = Field(
+        300.0, gt=0, description="A stream-load body that sends no bytes for this long fails the load."
+    )
+    body_total_timeout_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="A stream-load body still arriving after this long (or after the load's `timeout`, if sooner) "
+        "fails the load.",
+    )
+    error_log_line_bytes: int = Field(
+        64 * 1024,
+        ge=64,
+        description="Longest error-log line; the rest is cut and marked `error log is too long` "
+        "(Doris's load_error_log_limit_bytes).",
+    )
+    broker_allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders (or URI prefixes such as `s3a://bucket/in/`) broker load may read, as a JSON list; "
+        "empty: every path is refused (Doris's user_files_secure_path). /proc, /sys, /dev and the server's own "
+        "folders are refused even under a root.",
+    )
+    broker_max_waiting_jobs: int = Field(
+        100, ge=1, description="Unfinished broker loads past which LOAD is refused (Doris's desired_max_waiting_jobs)."
+    )
+    broker_load_concurrency: int = Field(2, ge=1, description="Broker loads that run at once; the rest wait in order.")
+    kafka_cert_dir: Path | None = Field(
+        None,
+        description="Folder of the certificate and keytab files routine load's `property.ssl.*.location` and "
+        "`property.sasl.kerberos.keytab` may name (`FILE:name` or a path inside it); unset: none allowed.",
     )
     sql_max_statements: int = Field(100, description="Most `;`-separated statements in one SQL request.")
     sql_max_string_bytes: int = Field(
@@ -94,9 +163,27 @@ class Settings(BaseSettings):
         10.0, description="A MySQL client must finish its handshake (login) within this many seconds."
     )
 
+    def exposure_problem(self) -> str | None:
+        """Why these settings must not serve, or None: root's empty password is for loopback only."""
+        if self.root_password.get_secret_value() or is_loopback(self.host):
+            return None
+        return (
+            f"refusing to listen on {self.host} while root has an empty password: anyone who can reach the port "
+            "could load, drop and read every table. Set SL_ROOT_PASSWORD, or listen on 127.0.0.1 (SL_HOST)."
+        )
+
     @property
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
+
+    def input_limits(self) -> InputLimits:
+        """The caps every load of this server applies to its input."""
+        return InputLimits(
+            max_line_bytes=self.max_line_bytes,
+            max_string_bytes=self.max_string_bytes,
+            max_expression_bytes=self.max_expression_bytes,
+            error_log_line_bytes=self.error_log_line_bytes,
+        )
 
     @property
     def resolved_warehouse(self) -> Path:
@@ -105,3 +192,13 @@ class Settings(BaseSettings):
     @property
     def resolved_catalog_uri(self) -> str:
         return self.catalog_uri or f"sqlite:///{self.resolved_data_dir / 'catalog.db'}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses; a wildcard (0.0.0.0, ::) or any other name is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

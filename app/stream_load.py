@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,8 +18,15 @@ from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse, load_error_result
 from app.settings import Settings
 from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
-from loaders.headers import parse_load_request
-from loaders.staging import body_too_large, decompress_staged, json_body_too_large, stage_payload
+from loaders.headers import decode_headers, parse_load_request
+from loaders.staging import (
+    LineGuard,
+    body_too_large,
+    decompress_staged,
+    json_body_too_large,
+    stage_payload,
+    timed_chunks,
+)
 from tables.errors import DorisError
 from tables.load_spec import LoadRequest, LoadResult
 
@@ -27,14 +34,14 @@ router = APIRouter()
 log = logging.getLogger(__name__)
 
 
-def check_body_framing(request: Request, max_bytes: int) -> int | None:
+def check_body_framing(headers: Mapping[str, str], max_bytes: int) -> int | None:
     """Exactly one of Content-Length and chunked (contract §1.3), within the size limit; returns the length.
 
     Raises:
         BadRequest.
     """
-    length = request.headers.get("content-length")
-    chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+    length = headers.get("content-length")
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
     if length is not None and chunked:
         raise BadRequest("please do not set both content_length and transfer-encoding")
     if length is None and not chunked:
@@ -42,6 +49,8 @@ def check_body_framing(request: Request, max_bytes: int) -> int | None:
             "content_length is empty and transfer-encoding!=chunked, please set content_length or "
             "transfer-encoding=chunked"
         )
+    if length is not None and not length.strip().isdigit():  # the HTTP server checks it too; not to rely on
+        raise BadRequest(f"Invalid Content-Length: {length}")
     if length is not None and int(length) > max_bytes:  # refused from the header, before the transaction
         raise BadRequest(body_too_large(max_bytes, int(length)), code="EXCEEDED_LIMIT")
     return int(length) if length is not None else None
@@ -55,14 +64,32 @@ def body_limit(load: LoadRequest, settings: Settings) -> tuple[int, Callable[[in
     return settings.max_body_bytes, body_too_large
 
 
+def line_guard(load: LoadRequest, settings: Settings) -> LineGuard | None:
+    """The line-length check of a body read line by line (CSV, JSON by line); a JSON body read whole is one
+    document, bounded by its body limit, and Parquet / ORC have no lines."""
+    if load.format == "csv" or (load.format == "json" and load.read_json_by_line and not load.strip_outer_array):
+        return LineGuard(load.line_delimiter, settings.max_line_bytes)
+    return None
+
+
+def body_deadline(load: LoadRequest, started: float, settings: Settings) -> tuple[float, str]:
+    """When the body must have arrived (`time.monotonic()`), and the words for one that has not."""
+    if load.timeout_s <= settings.body_total_timeout_seconds:
+        return started + load.timeout_s, f"load timed out after {load.timeout_s} s (timeout header)"
+    seconds = settings.body_total_timeout_seconds
+    return started + seconds, f"the body was still arriving after {seconds:g} s (SL_BODY_TOTAL_TIMEOUT_SECONDS)"
+
+
 async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:
     """Decide from the headers, then stage the body and run the load; every outcome is a `LoadResult`."""
     label = request.headers.get("label", "")
     comment = request.headers.get("comment", "")
     try:
+        headers = decode_headers(request.headers.raw)
+        label, comment = headers.get("label", ""), headers.get("comment", "")
         check_basic_auth(request.headers, services.settings.root_password.get_secret_value())
-        expected = check_body_framing(request, services.settings.max_body_bytes)
-        load = parse_load_request(db, table, request.headers)
+        expected = check_body_framing(headers, services.settings.max_body_bytes)
+        load = parse_load_request(db, table, headers, limits=services.settings.input_limits())
         label = load.label
         max_bytes, too_large = body_limit(load, services.settings)
         if expected is not None and expected > max_bytes:
@@ -73,8 +100,11 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
     except Exception as exc:  # a bug, not the user's fault: still a Doris-shaped Fail
         log.exception("stream load planning failed")
         return load_error_result(exc, label=label, comment=comment)
-    staging = services.settings.resolved_data_dir / "staging" / f"txn_{prepared.txn_id}.dat"
+    settings = services.settings
+    staging = settings.resolved_data_dir / "staging" / f"txn_{prepared.txn_id}.dat"
     received = time.monotonic()
+    deadline, too_slow = body_deadline(prepared.request, prepared.started, settings)
+    lines = line_guard(prepared.request, settings)
 
     async def body() -> AsyncIterator[bytes]:
         first = True
@@ -85,7 +115,13 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
                 await services.pauses.ahit("staging", prepared.plan.table.name)
 
     try:
-        staged = await stage_payload(body(), staging, max_bytes=max_bytes, expected=expected, too_large=too_large)
+        chunks = timed_chunks(
+            body(), idle_seconds=settings.body_idle_timeout_seconds, deadline=deadline, deadline_text=too_slow
+        )
+        plain_lines = lines if prepared.request.compression is None else None  # else checked as it decompresses
+        staged = await stage_payload(
+            chunks, staging, max_bytes=max_bytes, expected=expected, too_large=too_large, lines=plain_lines
+        )
     except LoadError as exc:
         services.loads.abort(prepared)
         return load_error_result(exc, label=label, comment=comment, txn_id=prepared.txn_id)
@@ -93,7 +129,14 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         services.loads.abort(prepared)
         return load_error_result(BadRequest(f"failed to receive body: {exc}"), label=label, txn_id=prepared.txn_id)
     try:
-        staged = await run_in_threadpool(decompress_staged, staged, prepared.request.compression, max_bytes=max_bytes)
+        staged = await run_in_threadpool(
+            decompress_staged,
+            staged,
+            prepared.request.compression,
+            max_bytes=min(max_bytes, settings.max_decompressed_bytes),
+            max_ratio=settings.max_decompression_ratio,
+            lines=lines,
+        )
     except LoadError as exc:
         services.loads.abort(prepared)
         services.loads.cleanup_staged(staged.path)

@@ -12,22 +12,42 @@ import json
 import re
 import uuid
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from loaders.errors import BadHeader
-from loaders.expressions import parse_columns, parse_condition
+from loaders.expressions import DEFAULT_LIMITS, Size, parse_columns, parse_condition
 from loaders.formats.csv import decode_separator
-from tables.load_spec import LoadRequest, MergeType
+from tables.load_spec import InputLimits, LoadRequest, MergeType
 
 LABEL_PATTERN = re.compile(r"^[-_A-Za-z0-9:]{1,128}$")
 MAX_TIMEOUT_S = 259200
+MAX_SKIP_LINES = 2**31 - 1
 
 # Headers whose features are not built yet: refused rather than silently misapplied.
 _NOT_YET = {
     "partitions": "partitions",
     "temporary_partitions": "temporary_partitions",
 }
+
+
+def decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Header values as UTF-8 text, names lower case, the first of a repeated name winning (as Starlette's
+    `Headers.get`); HTTP servers hand values over as Latin-1, which turns `café` into `cafÃ©`.
+
+    Raises:
+        BadHeader: a value that is not UTF-8 (Doris compares the bytes; text that is no text cannot match).
+    """
+    out: dict[str, str] = {}
+    for name_bytes, value_bytes in raw:
+        name = name_bytes.decode("latin-1").lower()
+        if name in out:
+            continue
+        try:
+            out[name] = value_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadHeader(f"header {name} is not valid UTF-8") from None
+    return out
 
 
 def _bool(headers: Mapping[str, str], name: str) -> bool:
@@ -151,8 +171,10 @@ def validate_label(label: str) -> str:
     return label
 
 
-def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadRequest:
-    """Build the `LoadRequest` a stream load asks for.
+def parse_load_request(
+    db: str, table: str, headers: Mapping[str, str], *, limits: InputLimits = DEFAULT_LIMITS
+) -> LoadRequest:
+    """Build the `LoadRequest` a stream load asks for; `limits` bound what its expressions may build.
 
     Raises:
         BadHeader: a header value Doris refuses, with a message naming the header.
@@ -176,6 +198,8 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         if not raw_skip.isdigit():
             raise BadHeader(f"skip_lines must be a non-negative integer, got {raw_skip}")
         skip_lines = int(raw_skip)
+        if skip_lines > MAX_SKIP_LINES:  # Spark compares positions as 64-bit integers
+            raise BadHeader(f"skip_lines must be at most {MAX_SKIP_LINES}, got {raw_skip}")
 
     compression = parse_compression(
         _get(headers, "compress_type"), headers.get("content-encoding"), format_header=_get(headers, "format") or ""
@@ -255,18 +279,20 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
     columns_text = _get(headers, "columns")
     hidden = _get(headers, "hidden_columns")
     where_text = _get(headers, "where")
+    derived: dict[str, Size] = {}  # `where` and `delete` may read `columns` entries: their bounds carry over
+    columns = parse_columns(columns_text, limits=limits, sizes=derived) if columns_text else None
     return LoadRequest(
         db=db,
         table=table,
         label=label,
-        columns=parse_columns(columns_text) if columns_text else None,
+        columns=columns,
         hidden_columns=tuple(h.strip() for h in hidden.split(",") if h.strip()) if hidden else (),
         column_separator=decode_separator(headers.get("column_separator", "\t"), header="column_separator"),
         line_delimiter=decode_separator(headers.get("line_delimiter", "\n"), header="line_delimiter"),
         skip_lines=skip_lines,
-        where=parse_condition(where_text, header="where") if where_text else None,
+        where=parse_condition(where_text, header="where", limits=limits, derived=derived) if where_text else None,
         merge_type=merge_type,
-        delete=parse_condition(delete_text, header="delete") if delete_text else None,
+        delete=(parse_condition(delete_text, header="delete", limits=limits, derived=derived) if delete_text else None),
         sequence_col=_get(headers, "function_column.sequence_col") or None,
         max_filter_ratio=max_filter_ratio,
         strict_mode=(strict_raw or "false").lower() == "true",
@@ -294,4 +320,5 @@ def parse_load_request(db: str, table: str, headers: Mapping[str, str]) -> LoadR
         partial_update_new_key_behavior="ERROR" if behavior == "ERROR" else "APPEND",
         two_phase_commit=two_phase_commit,
         group_commit=group_commit.lower() if group_commit else None,
+        limits=limits,
     )

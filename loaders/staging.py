@@ -1,16 +1,93 @@
-"""Payload staging: the body is streamed to a file under the staging directory, never held whole."""
+"""Payload staging: the body is streamed to a file under the staging directory, never held whole.
+
+Every size and time a client controls is bounded here, before Spark reads a byte:
+    body size          `max_bytes` (streaming_load_max_mb; JSON read whole: streaming_load_json_max_mb)
+    line length        `LineGuard` (SL_MAX_LINE_BYTES), on the plain bytes: a body with no newline is refused
+                       instead of becoming one row as large as the body in the JVM
+    decompressed size  absolute, and as a ratio of the compressed size (`decompression_limit`)
+    time               an idle limit between chunks and a total deadline (`timed_chunks`)
+"""
 
 from __future__ import annotations
 
+import asyncio
 import bz2
 import gzip
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loaders.errors import BadRequest
+from loaders.errors import BadRequest, LoadTimeout
+
+
+class LineGuard:
+    """Follows the line lengths of a body fed in pieces; a line longer than `max_bytes` is an error."""
+
+    def __init__(self, delimiter: str, max_bytes: int) -> None:
+        self.delimiter = delimiter.encode()
+        self.max_bytes = max_bytes
+        self.run = 0  # bytes of the current (unfinished) line, including `carry`
+        self.carry = b""  # the last bytes, which may begin a delimiter split across two pieces
+
+    def _refuse(self) -> BadRequest:
+        return BadRequest(
+            f"a line of the body is longer than {self.max_bytes} bytes (SL_MAX_LINE_BYTES); "
+            "check line_delimiter, or split the data into shorter lines",
+            code="EXCEEDED_LIMIT",
+        )
+
+    def feed(self, chunk: bytes) -> None:
+        """Raises: BadRequest (EXCEEDED_LIMIT) when the current or a finished line is too long."""
+        d = len(self.delimiter)
+        data = self.carry + chunk
+        before = self.run - len(self.carry)  # bytes of the current line that came before `data`
+        first = data.find(self.delimiter)
+        if first < 0:
+            self.run = before + len(data)
+        else:
+            if before + first > self.max_bytes:
+                raise self._refuse()
+            if len(data) > self.max_bytes:  # lines wholly inside this piece could be long too
+                start = first + d
+                while (end := data.find(self.delimiter, start)) >= 0:
+                    if end - start > self.max_bytes:
+                        raise self._refuse()
+                    start = end + d
+            self.run = len(data) - data.rfind(self.delimiter) - d
+        if self.run - (d - 1) > self.max_bytes:  # its last bytes may begin a delimiter
+            raise self._refuse()
+        keep = min(self.run, d - 1)
+        self.carry = data[len(data) - keep :] if keep else b""
+
+
+async def timed_chunks(
+    chunks: AsyncIterator[bytes], *, idle_seconds: float, deadline: float, deadline_text: str
+) -> AsyncIterator[bytes]:
+    """The body's chunks, as long as each arrives within `idle_seconds` and all before `deadline`
+    (`time.monotonic()`): a body trickling in cannot hold its label, a thread and its transaction forever.
+
+    Raises:
+        LoadTimeout: with `deadline_text` past the deadline, or the idle limit's text.
+    """
+    iterator = chunks.__aiter__()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LoadTimeout(deadline_text)
+        wait = min(idle_seconds, left)
+        try:
+            async with asyncio.timeout(wait):  # a timer, not a task per chunk: bodies come in 64 KiB pieces
+                chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if wait < idle_seconds:
+                raise LoadTimeout(deadline_text) from None
+            raise LoadTimeout(f"no body data received for {idle_seconds:g} s (SL_BODY_IDLE_TIMEOUT_SECONDS)") from None
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -26,12 +103,13 @@ async def stage_payload(
     max_bytes: int,
     expected: int | None = None,
     too_large: Callable[[int, int | None], str] | None = None,
+    lines: LineGuard | None = None,
 ) -> StagedPayload:
-    """Write the body to `path` chunk by chunk.
+    """Write the body to `path` chunk by chunk; `lines` checks the line lengths of a plain body.
 
     Raises:
-        BadRequest: the body is larger than `max_bytes` (`too_large` words it), or shorter than its
-        Content-Length.
+        BadRequest: the body is larger than `max_bytes` (`too_large` words it), shorter than its
+        Content-Length, or has a line longer than `lines` allows.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
@@ -41,6 +119,8 @@ async def stage_payload(
                 size += len(chunk)
                 if size > max_bytes:
                     raise BadRequest((too_large or body_too_large)(max_bytes, None), code="EXCEEDED_LIMIT")
+                if lines is not None:
+                    lines.feed(chunk)
                 out.write(chunk)
             # no fsync: a staged body only feeds its own job; what a load acknowledges is durable through
             # its rowset files and commit (an async group-commit load fsyncs its write-ahead copy)
@@ -125,14 +205,38 @@ def _read_all(reader: Any) -> Iterator[bytes]:
             yield chunk
 
 
-def decompress_staged(staged: StagedPayload, kind: str | None, *, max_bytes: int) -> StagedPayload:
-    """Replace a compressed staged body by its plain bytes, streaming (LoadBytes stays the received size).
+RATIO_FLOOR = 16 * MIB  # a small body may always expand this far: short bodies compress very well
+
+
+def decompression_limit(compressed: int, *, max_bytes: int, max_ratio: float) -> tuple[int, str]:
+    """How far a body of `compressed` bytes may expand, and the words for one that goes further."""
+    by_ratio = max(int(compressed * max_ratio), RATIO_FLOOR)
+    if by_ratio < max_bytes:
+        return by_ratio, (
+            f"the body expands past {by_ratio} bytes, {max_ratio:g} times its compressed size of {compressed} bytes "
+            "(SL_MAX_DECOMPRESSION_RATIO)"
+        )
+    return max_bytes, f"decompressed body exceeds the limit of {max_bytes} bytes"
+
+
+def decompress_staged(
+    staged: StagedPayload,
+    kind: str | None,
+    *,
+    max_bytes: int,
+    max_ratio: float = float("inf"),
+    lines: LineGuard | None = None,
+) -> StagedPayload:
+    """Replace a compressed staged body by its plain bytes, streaming (LoadBytes stays the received size);
+    the plain body may be at most `max_bytes`, and at most `max_ratio` times the compressed one.
 
     Raises:
-        BadRequest: the body is not valid data of that compression, or expands past `max_bytes`.
+        BadRequest: the body is not valid data of that compression, expands too far, or has a line longer
+        than `lines` allows.
     """
     if kind is None:
         return staged
+    limit, too_far = decompression_limit(staged.size, max_bytes=max_bytes, max_ratio=max_ratio)
     plain = staged.path.with_suffix(".plain")
     size = 0
     try:
@@ -144,8 +248,10 @@ def decompress_staged(staged: StagedPayload, kind: str | None, *, max_bytes: int
                 chunks = _read_all(_reader(kind, raw))
             for chunk in chunks:
                 size += len(chunk)
-                if size > max_bytes:
-                    raise BadRequest(f"decompressed body exceeds the limit of {max_bytes} bytes", code="EXCEEDED_LIMIT")
+                if size > limit:
+                    raise BadRequest(too_far, code="EXCEEDED_LIMIT")
+                if lines is not None:
+                    lines.feed(chunk)
                 out.write(chunk)
     except BadRequest:
         plain.unlink(missing_ok=True)

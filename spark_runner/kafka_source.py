@@ -14,11 +14,15 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadSpec
+from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, KafkaPropertyError, RoutineLoadSpec, kafka_client_config
 
 
 class KafkaSourceError(Exception):
     """The topic, a partition or the brokers cannot be read; the job pauses with this text."""
+
+
+class KafkaConfigError(KafkaSourceError):
+    """A client property the job was stored with is not allowed (now): the job pauses before connecting."""
 
 
 @dataclass
@@ -33,7 +37,12 @@ class Batch:
 class KafkaBatches:
     """A consumer assigned to the job's partitions, reading batches bounded by rows, bytes and time."""
 
-    def __init__(self, spec: RoutineLoadSpec, progress: dict[int, int]) -> None:
+    def __init__(self, spec: RoutineLoadSpec, progress: dict[int, int], *, cert_dir: Path | None = None) -> None:
+        """Raises: KafkaConfigError (a refused client property), KafkaSourceError (no topic, partition, broker)."""
+        try:  # every consumer's settings pass the allow-list, whatever release stored the job
+            custom = kafka_client_config(spec.custom_properties, cert_dir)
+        except KafkaPropertyError as exc:
+            raise KafkaConfigError(exc.message) from None
         conf: dict[str, object] = {
             "bootstrap.servers": spec.broker_list,
             "enable.auto.commit": False,
@@ -41,7 +50,7 @@ class KafkaBatches:
             "auto.offset.reset": "earliest",
             "socket.timeout.ms": 10000,
         }
-        conf.update({k: v for k, v in spec.custom_properties.items() if k != "kafka_default_offsets"})
+        conf.update(custom)
         self.spec = spec
         self.consumer = Consumer(conf)
         self.partitions = self._partitions()

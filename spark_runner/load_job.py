@@ -279,7 +279,7 @@ def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     return out
 
 
-def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool) -> str:
+def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool, max_string: int) -> str:
     """The first data-quality reason of one column, or NULL: length, then strict conversion, then NOT NULL."""
     name = column.name
     checks: list[str] = []
@@ -289,6 +289,15 @@ def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool) ->
             f"CASE WHEN octet_length({value}) > {t.length} THEN concat("
             f"{lit(f'column({name}) the length of input is too long than schema. schema length: {t.length}; ')}, "
             f"'actual length: ', CAST(octet_length({value}) AS STRING)) END"
+        )
+    if t.is_string:
+        # Doris's string_type_length_soft_limit_bytes: a longer value is a filtered row, with its first 32 bytes
+        too_long = (
+            f"column({name}) the length of input string is too long than vec schema. first 32 bytes of input str: ["
+        )
+        checks.append(
+            f"CASE WHEN octet_length({value}) > {max_string} THEN concat({lit(too_long)}, left({value}, 32), "
+            f"{lit(f'] limit length: {max_string}; actual length: ')}, CAST(octet_length({value}) AS STRING), '; ') END"
         )
     if strict and raw is not None:
         checks.append(
@@ -334,7 +343,13 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     extra = ["__bad"] if "__bad" in df.columns else []
     step = df.selectExpr(POS, LINE, NCOLS, *extra, *raw_names, *converted)
     reasons = [_count_reason(plan)] + [
-        _reason_sql(t.column, q(t.source) if t.source else None, _converted(i), plan.request.strict_mode)
+        _reason_sql(
+            t.column,
+            q(t.source) if t.source else None,
+            _converted(i),
+            plan.request.strict_mode,
+            plan.request.limits.max_string_bytes,
+        )
         for i, t in enumerate(plan.targets)
         if t.source is not None or not plan.partial  # unlisted columns of a partial update come from the table
     ]
@@ -481,6 +496,26 @@ def with_field_ids(df: DataFrame, field_ids: dict[str, int]) -> DataFrame:
     return df.select(*[F.col(q(c)).alias(c, metadata={"parquet.field.id": field_ids[c]}) for c in df.columns])
 
 
+TOO_LONG = "error log is too long"
+
+
+def clip_error_line(line: str, max_bytes: int) -> str:
+    """Doris's load_error_log_limit_bytes: a longer line keeps its first bytes and says it was cut."""
+    raw = line.encode()
+    if len(raw) <= max_bytes:
+        return line
+    return raw[:max_bytes].decode(errors="ignore") + TOO_LONG
+
+
+def error_lines(rows: DataFrame, max_bytes: int) -> list[str]:
+    """The first rejected rows as error-log lines; each is cut in Spark already, so that no more than
+    `MAX_ERROR_ROWS` short strings reach the driver, however long the rows were."""
+    # reason first, as Doris writes it, so that a long source line cannot push the reason out
+    text = f"left(concat('Reason: ', {REASON}, '. src line [', {LINE}, ']; '), {max_bytes + 1})"
+    bad = rows.where(f"{REASON} IS NOT NULL").selectExpr(f"{text} AS line").limit(MAX_ERROR_ROWS).collect()
+    return [clip_error_line(r["line"], max_bytes) for r in bad]
+
+
 def run_load_job(
     spark: SparkSession,
     source: DataFrame,
@@ -554,8 +589,7 @@ def run_load_job(
     counts = LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
     errors: list[str] = []
     if filtered:
-        bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
-        errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
+        errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
     extra = {
         name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
     }

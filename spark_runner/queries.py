@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import threading
 import time
 import uuid
@@ -19,6 +20,8 @@ from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sq
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
+
+log = logging.getLogger(__name__)
 
 
 def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
@@ -129,17 +132,27 @@ class JobGuard:
         self.deadline = time.monotonic() + timeout_seconds
         self.reason: str | None = None
         self._done = threading.Event()
+        self._tagged = False
         self._watcher = threading.Thread(target=self._watch, name=self.tag, daemon=True)
 
     def __enter__(self) -> JobGuard:
-        self.spark.sparkContext.addJobTag(self.tag)
+        try:
+            self.spark.sparkContext.addJobTag(self.tag)
+        except Exception:  # no JVM (stopped, being replaced): nothing to tag; a Spark call of the statement fails
+            log.debug("statement %s runs without a job tag", self.tag, exc_info=True)
+            return self
+        self._tagged = True
         self._watcher.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._done.set()
-        self.spark.sparkContext.removeJobTag(self.tag)
-        self._watcher.join()
+        if not self._tagged:
+            return
+        try:
+            self.spark.sparkContext.removeJobTag(self.tag)
+        finally:
+            self._watcher.join()
 
     def cancel(self, reason: str) -> None:
         """Cancel the statement's jobs, now and any it starts later."""
@@ -151,4 +164,8 @@ class JobGuard:
             if self.reason is None and time.monotonic() >= self.deadline:
                 self.reason = "timeout"
             if self.reason is not None:
-                self.spark.sparkContext.cancelJobsWithTag(self.tag)
+                try:
+                    self.spark.sparkContext.cancelJobsWithTag(self.tag)
+                except Exception:  # a stopped JVM has no jobs left: the statement fails on its own
+                    log.warning("cancelling the jobs of %s failed", self.tag, exc_info=True)
+                    return

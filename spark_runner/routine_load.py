@@ -21,10 +21,11 @@ from pathlib import Path
 
 from loaders.errors import LoadError
 from loaders.headers import parse_load_request
-from spark_runner.kafka_source import Batch, KafkaBatches, KafkaSourceError, stage_batch
+from spark_runner.kafka_source import Batch, KafkaBatches, KafkaConfigError, KafkaSourceError, stage_batch
 from spark_runner.service import LoadService
 from tables.errors import DorisError, TableNotFound
 from tables.routine_load import (
+    CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,
     TABLE_ERR,
     TASKS_ABORT_ERR,
@@ -33,11 +34,13 @@ from tables.routine_load import (
     BatchCounts,
     JobNotFound,
     JobState,
+    KafkaPropertyError,
     RoutineLoadJob,
     RoutineLoadSpec,
     RoutineLoadStore,
     add_batch,
     error_reason,
+    kafka_client_config,
 )
 from tables.transactions import VISIBLE, TransactionStore
 
@@ -77,12 +80,14 @@ class RoutineLoadManager:
         txns: TransactionStore,
         staging_dir: Path,
         min_batch_rows: int = 200000,
+        cert_dir: Path | None = None,
     ) -> None:
         self.loads = loads
         self.store = store
         self.txns = txns
         self.staging_dir = staging_dir
         self.min_batch_rows = min_batch_rows
+        self.cert_dir = cert_dir  # Kafka certificate and keytab files are read only from here
         self._lock = threading.RLock()
         self._jobs: dict[int, RoutineLoadJob] = {}
         self._runtime: dict[int, _Runtime] = {}
@@ -94,8 +99,19 @@ class RoutineLoadManager:
         for job in self.store.all():
             self._fold_committed(job)
             self._jobs[job.id] = job
-            if not job.state.is_final and job.state is not JobState.PAUSED:
+            if not job.state.is_final and job.state is not JobState.PAUSED and self._allowed(job):
                 self._launch(job.id)
+
+    def _allowed(self, job: RoutineLoadJob) -> bool:
+        """A job stored with a client property now refused is paused with the reason, never run."""
+        try:
+            kafka_client_config(job.spec.custom_properties, self.cert_dir)
+        except KafkaPropertyError as exc:
+            log.warning("routine load job %s paused: %s", job.spec.name, exc.message)
+            with self._lock:
+                self._set_state(job, JobState.PAUSED, error_reason(CREATE_TASKS_ERR, exc.message))
+            return False
+        return True
 
     def close(self) -> None:
         with self._lock:
@@ -241,7 +257,7 @@ class RoutineLoadManager:
         try:
             while (job := self._active(job_id, runtime)) is not None:
                 if source is None:
-                    source = KafkaBatches(job.spec, job.progress)
+                    source = KafkaBatches(job.spec, job.progress, cert_dir=self.cert_dir)
                     with self._lock:
                         if runtime.stop.is_set():
                             break
@@ -270,10 +286,11 @@ class RoutineLoadManager:
                     else:
                         runtime.stop.wait(1.0)
         except KafkaSourceError as exc:
+            code = CREATE_TASKS_ERR if isinstance(exc, KafkaConfigError) else TASKS_ABORT_ERR
             with self._lock:
                 current = self._jobs[job_id]
                 if not current.state.is_final and current.state is not JobState.PAUSED:
-                    self._set_state(current, JobState.PAUSED, error_reason(TASKS_ABORT_ERR, str(exc)))
+                    self._set_state(current, JobState.PAUSED, error_reason(code, str(exc)))
         except Exception as exc:  # a job thread must never die silently: pause the job with the cause
             log.exception("routine load job %s failed", job_id)
             with self._lock:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import queue
 import shutil
 import threading
 import time
@@ -10,14 +12,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from loaders.errors import DataQualityError, LoadError, LoadTimeout
+from loaders.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     JobOutcome,
+    clip_error_line,
     columnar_source,
     csv_source,
     frame_source,
@@ -27,12 +32,20 @@ from spark_runner.load_job import (
 )
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
+from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog
 from tables.commit import TableWriter, check_schema
+from tables.error_logs import error_log_path, new_error_log_name
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, TransactionStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# After its deadline a load's Spark jobs are cancelled; this long more for it to wind down and answer
+# `[TIMEOUT]` itself before it is abandoned (a Spark call that never returns).
+ABANDON_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,7 @@ class LoadService:
         self.txns = txns
         self.writer = writer
         self.error_log_dir = error_log_dir
+        self._workers = _DaemonWorkers("load-job")
         error_log_dir.mkdir(parents=True, exist_ok=True)
 
     def prepare(self, request: LoadRequest) -> PreparedLoad:
@@ -88,6 +102,8 @@ class LoadService:
             DorisError (unknown db/table, label in use), LoadError (planning errors).
         """
         started = time.monotonic()
+        if backend_stopped(self.spark, wait=0.0):  # refused before the label is claimed, as Doris's FE does
+            raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         handle = self.catalog.load(request.db, request.table)
         # the label first, as Doris's FE begins the transaction before it plans the load
         txn_id = self.txns.begin(request.db, handle.definition.name, request.label)
@@ -123,17 +139,28 @@ class LoadService:
     def _run(
         self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
     ) -> LoadResult:
+        """Run the load on a worker thread and wait for it until the load's `timeout` has passed (plus a grace
+        for its cancelled job to wind down); then the load is abandoned: it aborts, its table's version turn
+        goes to the next load, and it answers `[TIMEOUT]`, whatever its Spark call is stuck in."""
+        future = self._workers.submit(lambda: self._run_job(prepared, source, load_bytes, receive_ms))
+        timeout = prepared.request.timeout_s
+        wait = timeout - (time.monotonic() - prepared.started) + ABANDON_GRACE_S
+        try:
+            return future.result(timeout=max(wait, 0.0))
+        except concurrent.futures.TimeoutError:
+            if future.done():  # it answered just now
+                return future.result()
+        reason = f"load timed out after {timeout} s (timeout header)"
+        if not self.writer.abandon(prepared.txn_id, reason):
+            return future.result()  # it committed (or failed) in the meantime: its own outcome stands
+        # its jobs were cancelled at the deadline (`_deadline`); no Py4J call here, the JVM may be wedged
+        log.warning("load %s abandoned at its deadline; its job is still running", prepared.request.label)
+        return self._failure(prepared, LoadTimeout(reason), None, load_bytes, receive_ms)
+
+    def _run_job(
+        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
+    ) -> LoadResult:
         req = prepared.request
-        base = dict(
-            txn_id=prepared.txn_id,
-            two_phase_commit="true" if req.two_phase_commit else "false",
-            label=req.label,
-            comment=req.comment,
-            load_bytes=load_bytes,
-            begin_txn_time_ms=prepared.begin_txn_ms,
-            stream_load_put_time_ms=prepared.plan_ms,
-            receive_data_time_ms=receive_ms,
-        )
         outcome: JobOutcome | None = None
         write_started = time.monotonic()
         commit_ms = 0
@@ -172,27 +199,11 @@ class LoadService:
                 commit_started = time.monotonic()
             commit_ms = int((time.monotonic() - commit_started) * 1000)
         except Exception as exc:
-            if not isinstance(exc, LoadError):
-                log.exception("load %s failed", req.label)
-                exc = LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-            counts = outcome.counts if outcome else LoadCounts()
-            error_url = getattr(exc, "error_url", None)
-            return LoadResult(
-                **base,
-                status="Fail",
-                message=exc.doris_message,
-                number_total_rows=counts.total,
-                number_loaded_rows=0,
-                number_filtered_rows=counts.filtered,
-                number_unselected_rows=counts.unselected,
-                load_time_ms=int((time.monotonic() - prepared.started) * 1000),
-                error_url=error_url,
-                first_error_msg=outcome.errors[0] if outcome and outcome.errors else None,
-            )
+            return self._failure(prepared, self._load_error(exc, req.label), outcome, load_bytes, receive_ms)
         assert outcome is not None
         counts = outcome.counts
         return LoadResult(
-            **base,
+            **_base(prepared, load_bytes, receive_ms),
             status="Success",
             message="OK",
             number_total_rows=counts.total,
@@ -203,6 +214,34 @@ class LoadService:
             write_data_time_ms=int((time.monotonic() - write_started) * 1000) - commit_ms,
             commit_and_publish_time_ms=commit_ms,
             error_url=self._write_error_log(prepared, outcome) if counts.filtered else None,
+        )
+
+    def _load_error(self, exc: Exception, label: str) -> LoadError:
+        """The failure as the reply states it: a JVM that stopped under the load is SERVICE_UNAVAILABLE
+        (not the Py4J connection error it caused), a bug is logged and stated in one line."""
+        connection_lost = isinstance(exc, ConnectionError | Py4JError) and not isinstance(exc, Py4JJavaError)
+        if backend_stopped(self.spark, wait=1.0 if connection_lost else 0.0):
+            return ServiceUnavailable(NO_BACKEND_FOR_LOAD)
+        if isinstance(exc, LoadError):
+            return exc
+        log.exception("load %s failed", label)
+        return LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    def _failure(
+        self, prepared: PreparedLoad, exc: LoadError, outcome: JobOutcome | None, load_bytes: int, receive_ms: int
+    ) -> LoadResult:
+        counts = outcome.counts if outcome else LoadCounts()
+        return LoadResult(
+            **_base(prepared, load_bytes, receive_ms),
+            status="Fail",
+            message=exc.doris_message,
+            number_total_rows=counts.total,
+            number_loaded_rows=0,
+            number_filtered_rows=counts.filtered,
+            number_unselected_rows=counts.unselected,
+            load_time_ms=int((time.monotonic() - prepared.started) * 1000),
+            error_url=getattr(exc, "error_url", None),
+            first_error_msg=outcome.errors[0] if outcome and outcome.errors else None,
         )
 
     def _session_for(self, request: LoadRequest) -> SparkSession:
@@ -250,8 +289,10 @@ class LoadService:
             raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")
 
     def _write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
-        name = f"error_log_{prepared.txn_id}_{prepared.request.label}"
-        lines = list(outcome.errors)
+        """Write the first rejected rows, each line cut at the load's limit; returns the ErrorURL path."""
+        name = new_error_log_name()
+        limit = prepared.request.limits.error_log_line_bytes
+        lines = [clip_error_line(line, limit) for line in outcome.errors]
         if outcome.counts.filtered > len(lines):
             lines.append(f"TOO MUCH ERROR! already reach {len(outcome.errors)}. show no more next error.")
         (self.error_log_dir / name).write_text("\n".join(lines) + "\n")
@@ -265,10 +306,9 @@ class LoadService:
             raise DataQualityError("too many filtered rows", error_url=self._write_error_log(prepared, outcome))
 
     def error_log(self, name: str) -> str | None:
-        path = (self.error_log_dir / name).resolve()
-        if path.parent != self.error_log_dir.resolve() or not path.is_file():
-            return None
-        return path.read_text()
+        """The text of an error log by its name, or None (an unknown name, or anything that is not a name)."""
+        path = error_log_path(self.error_log_dir, name)
+        return path.read_text(errors="replace") if path is not None else None
 
     def cleanup_staged(self, path: Path) -> None:
         if path.is_dir():
@@ -276,3 +316,55 @@ class LoadService:
         else:
             path.unlink(missing_ok=True)
         staging_path(path).unlink(missing_ok=True)  # the fields pyarrow split, if the load made them
+
+
+def _base(prepared: PreparedLoad, load_bytes: int, receive_ms: int) -> dict[str, Any]:
+    """The reply fields every outcome of a load has."""
+    req = prepared.request
+    return dict(
+        txn_id=prepared.txn_id,
+        two_phase_commit="true" if req.two_phase_commit else "false",
+        label=req.label,
+        comment=req.comment,
+        load_bytes=load_bytes,
+        begin_txn_time_ms=prepared.begin_txn_ms,
+        stream_load_put_time_ms=prepared.plan_ms,
+        receive_data_time_ms=receive_ms,
+    )
+
+
+class _DaemonWorkers:
+    """Threads that run load jobs, reused when idle, one more started when none is.
+
+    Daemon threads, unlike `ThreadPoolExecutor`'s (joined at interpreter exit): a job abandoned in a
+    Spark call that never returns must not keep the process from exiting, nor take a slot from later loads.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def task() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the waiting caller, who re-raises it
+                future.set_exception(exc)
+
+        with self._lock:
+            start = self._idle == 0
+            self._idle -= 0 if start else 1
+        self._tasks.put(task)
+        if start:
+            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            self._tasks.get()()
+            with self._lock:
+                self._idle += 1

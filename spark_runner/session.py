@@ -39,18 +39,30 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-def with_fixed_heap(conf: dict[str, str]) -> dict[str, str]:
-    """The driver's heap is allocated and touched whole at start (`-Xms` = `-Xmx`, pre-touched).
+EXIT_ON_OOM = "-XX:+ExitOnOutOfMemoryError"
 
-    The server's footprint is then fixed when it starts: Spark's sort and shuffle buffers live in that
-    heap (spilling to disk beyond it), so a load of any size does not grow the process. Java options the
-    operator sets (`spark.driver.extraJavaOptions`) replace this.
+
+def with_fixed_heap(conf: dict[str, str]) -> dict[str, str]:
+    """The driver's JVM options: its heap allocated and touched whole at start, and an exit on out-of-memory.
+
+    `-Xms` = `-Xmx`, pre-touched: the server's footprint is fixed when it starts; Spark's sort and shuffle
+    buffers live in that heap (spilling to disk beyond it), so a load of any size does not grow the process.
+    Java options the operator sets (`spark.driver.extraJavaOptions`) replace the heap options.
+
+    `-XX:+ExitOnOutOfMemoryError` is always there (the operator's options keep it, unless they choose their
+    own out-of-memory action): a JVM that caught an `OutOfMemoryError` in a thread Spark does not watch
+    lives on half-broken and fails every later request; a JVM that exits is noticed and replaced
+    (`spark_runner.supervisor`).
     """
     size = re.fullmatch(r"(\d+)([kmgt]?)b?", conf.get("spark.driver.memory", "").strip().lower())
-    if "spark.driver.extraJavaOptions" in conf or size is None:
-        return conf
-    heap = size[1] + (size[2] or "m")  # Spark reads a bare number as MiB, the JVM as bytes
-    return {**conf, "spark.driver.extraJavaOptions": f"-Xms{heap} -XX:+AlwaysPreTouch"}
+    options = conf.get("spark.driver.extraJavaOptions")
+    if options is None and size is not None:
+        heap = size[1] + (size[2] or "m")  # Spark reads a bare number as MiB, the JVM as bytes
+        options = f"-Xms{heap} -XX:+AlwaysPreTouch"
+    options = (options or "").strip()
+    if "OutOfMemoryError" not in options:  # ExitOn..., CrashOn... or an OnOutOfMemoryError command
+        options = f"{options} {EXIT_ON_OOM}".strip()
+    return {**conf, "spark.driver.extraJavaOptions": options}
 
 
 def build_session(

@@ -2,18 +2,22 @@
 `SHOW LOAD`, `CANCEL LOAD` and `SHOW TRANSACTION` (the Kafka connector's recovery query).
 
     LOAD LABEL ──parse──► the same headers a stream load would send ──► LoadRequest (same checks, same
-        allow-list) ──► a job row (PENDING) ──thread──► LOADING: one Spark load job over the files,
+        allow-list) ──► plan, files, label, queue bound ──► a job row (PENDING) ──queue──► one of
+        `concurrency` workers: files resolved again, PREPARE ──► LOADING: one Spark load job over the files,
         committed by the single writer ──► FINISHED with counts, or CANCELLED with a reason
 
-Files are any path Spark reads (local paths, globs, hdfs:// or s3a:// with the right Spark conf); the
-broker clause is accepted and ignored. A job PENDING or LOADING when the server stopped is resumed at
-start-up (its transaction was resolved first: a committed one just finishes the job).
+Files are read only under the allowed roots (`tables/source_paths.py`: links and globs resolved, never the
+server's own folders); the load reads the resolved files, not the patterns. URIs (hdfs://, s3a://) need an
+allowed prefix of their own. The broker clause is accepted and ignored. A job PENDING or LOADING when the
+server stopped is queued again at start-up (its transaction was resolved first: a committed one just
+finishes the job).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +28,7 @@ from sqlglot import TokenType
 from loaders.errors import LoadError
 from loaders.headers import parse_load_request
 from spark_runner.load_job import POS, columnar_source, csv_source, json_source
+from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad
 from sql.ddl import parse_properties
 from sql.errors import SqlError
@@ -32,6 +37,7 @@ from sql.tokens import Cursor
 from tables.errors import DorisError, TxnStateError
 from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
 from tables.load_spec import LoadRequest, LoadResult
+from tables.source_paths import SourcePolicy, resolve_sources
 from tables.transactions import VISIBLE, Txn
 
 log = logging.getLogger(__name__)
@@ -182,54 +188,103 @@ def _time(ts: float | None) -> str:
 
 
 class BrokerLoads:
-    """Runs broker load jobs in the background and answers SHOW LOAD / CANCEL LOAD / SHOW TRANSACTION."""
+    """Runs broker load jobs from a bounded queue and answers SHOW LOAD / CANCEL LOAD / SHOW TRANSACTION."""
 
-    def __init__(self, *, loads: LoadService, data_dir: Path) -> None:
+    def __init__(
+        self,
+        *,
+        loads: LoadService,
+        data_dir: Path,
+        sources: SourcePolicy | None = None,
+        max_waiting_jobs: int = 100,
+        concurrency: int = 2,
+    ) -> None:
         self.loads = loads
         self.store = LoadJobStore(data_dir / "load_jobs.db")
+        self.sources = sources or SourcePolicy.build([], [data_dir])
+        self.max_waiting_jobs = max_waiting_jobs
         self._running: dict[int, PreparedLoad] = {}
         self._cancelled: set[int] = set()
         self._guard = threading.Lock()
+        self._submitting = threading.Lock()  # the bound check and the job row, one statement at a time
+        self._queue: queue.SimpleQueue[tuple[int, BrokerLoad]] = queue.SimpleQueue()
+        for n in range(concurrency):
+            threading.Thread(target=self._work, name=f"broker-load-worker-{n}", daemon=True).start()
 
     # -- LOAD LABEL ---------------------------------------------------------------------------
     def submit(self, text: str, current_db: str | None) -> ExecStatus:
         """Check the statement now (Doris refuses a bad load before the job exists), run it later.
 
         Raises:
-            SqlError, DorisError, LoadError: syntax, unknown table, bad columns, label in use.
+            SqlError, DorisError, LoadError: syntax, unknown table, bad columns, label in use, a file that may
+                not be read, too many unfinished jobs.
         """
         load = parse_load(text, current_db)
         request = self._request(load)
         handle = self.loads.catalog.load(load.db, load.table)
-        holder = self.loads.txns.find_label(load.db, load.label)
-        if (
-            holder is not None
-            and holder.state != "ABORTED"
-            or any(j.state != CANCELLED for j in self.store.in_database(load.db, label=load.label))
-        ):
-            raise SqlError(f"Label [{load.label}] has already been used.")
-        prepared = self.loads.prepare(request.model_copy(update={"table": handle.definition.name}))
+        plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+        self._resolve(load)
         task_info = f"cluster:N/A; timeout(s):{request.timeout_s}; max_filter_ratio:{request.max_filter_ratio}"
-        job_id = self.store.create(
-            db=load.db, label=load.label, table=handle.definition.name, statement=text, task_info=task_info
-        )
-        self._start(job_id, load, prepared)
+        with self._submitting:
+            holder = self.loads.txns.find_label(load.db, load.label)
+            if (
+                holder is not None
+                and holder.state != "ABORTED"
+                or any(j.state != CANCELLED for j in self.store.in_database(load.db, label=load.label))
+            ):
+                raise SqlError(f"Label [{load.label}] has already been used.")
+            if self.store.unfinished_count() >= self.max_waiting_jobs:
+                raise SqlError(
+                    f"There are more than {self.max_waiting_jobs} unfinished load jobs, please retry later. "
+                    "You can use `SHOW LOAD` to view submitted jobs"
+                )
+            job_id = self.store.create(
+                db=load.db, label=load.label, table=handle.definition.name, statement=text, task_info=task_info
+            )
+        self._queue.put((job_id, load))
         return ExecStatus()
 
     def _request(self, load: BrokerLoad) -> LoadRequest:
         return parse_load_request(load.db, load.table, load.headers).model_copy(update={"source": "broker_load"})
 
-    def _start(self, job_id: int, load: BrokerLoad, prepared: PreparedLoad) -> None:
-        self.store.update(job_id, state=LOADING, txn_id=prepared.txn_id, load_started=_now())
-        with self._guard:
-            self._running[job_id] = prepared
-        threading.Thread(
-            target=self._run, args=(job_id, load, prepared), name=f"broker-load-{job_id}", daemon=True
-        ).start()
+    def _resolve(self, load: BrokerLoad) -> list[str]:
+        """The files the load reads. Raises: SourcePathError, worded as Doris's broker load and `local()`."""
+        return resolve_sources(load.paths, self.sources, load.table)
 
-    def _run(self, job_id: int, load: BrokerLoad, prepared: PreparedLoad) -> None:
+    def _work(self) -> None:
+        while True:
+            job_id, load = self._queue.get()
+            try:
+                self._run_job(job_id, load)
+            except Exception:  # a bug: the job is cancelled with the reason, the worker lives on
+                log.exception("broker load %s failed", load.label)
+                self._cancel_job(job_id, "type:ETL_RUN_FAIL; msg:internal error, see the server log")
+
+    def _run_job(self, job_id: int, load: BrokerLoad) -> None:
+        """Resolve the files again (they may have changed since LOAD), take the label, run, record the outcome."""
+        job = self.store.get(job_id)
+        if job is None or job.state not in UNFINISHED:
+            return  # cancelled while it waited
         try:
-            result = self.loads._run(prepared, lambda spark: _files_source(spark, load.paths, prepared), 0, 0)
+            files = self._resolve(load)
+            prepared = self.loads.prepare(self._request(load).model_copy(update={"table": job.table}))
+        except (SqlError, DorisError, LoadError) as exc:
+            self._cancel_job(job_id, f"type:ETL_RUN_FAIL; msg:{_text(exc)}")
+            return
+        with self._guard:
+            if job_id in self._cancelled:
+                self.loads.writer.abort_txn(prepared.txn_id, "user cancel")
+                return
+            self._running[job_id] = prepared
+        self.store.update(job_id, state=LOADING, txn_id=prepared.txn_id, load_started=_now())
+        self._run(job_id, load, files, prepared)
+
+    def _cancel_job(self, job_id: int, reason: str) -> None:
+        self.store.update(job_id, state=CANCELLED, finished=_now(), error_msg=reason)
+
+    def _run(self, job_id: int, load: BrokerLoad, files: list[str], prepared: PreparedLoad) -> None:
+        try:
+            result = self.loads._run(prepared, lambda spark: _files_source(spark, files, prepared), 0, 0)
         except Exception as exc:  # a bug: the job is cancelled with the reason, never left LOADING
             log.exception("broker load %s failed", load.label)
             result = LoadResult(txn_id=prepared.txn_id, label=load.label, status="Fail", message=str(exc))
@@ -239,7 +294,7 @@ class BrokerLoads:
         details = {
             "ScannedRows": result.number_total_rows,
             "TaskNumber": 1,
-            "FileNumber": len(load.paths),
+            "FileNumber": len(files),
             "LoadBytes": result.load_bytes,
             "Unfinished backends": {},
             "All backends": {},
@@ -257,8 +312,9 @@ class BrokerLoads:
 
     # -- start-up -------------------------------------------------------------------------------
     def recover(self) -> tuple[int, int]:
-        """Jobs that were PENDING or LOADING at the stop: finished if their commit landed, else run again
-        (a new transaction, same label), or cancelled with the reason. Returns (resumed, cancelled)."""
+        """Jobs that were PENDING or LOADING at the stop: finished if their commit landed, else queued again
+        (a new transaction, same label; the files are checked again when the job runs), or cancelled with the
+        reason. Returns (resumed, cancelled)."""
         resumed = cancelled = 0
         for job in self.store.unfinished():
             txn: Txn | None = self.loads.txns.get(job.txn_id) if job.txn_id else None
@@ -267,18 +323,14 @@ class BrokerLoads:
                 continue
             try:
                 load = parse_load(job.statement, job.db)
-                prepared = self.loads.prepare(self._request(load).model_copy(update={"table": job.table}))
-            except (SqlError, DorisError, LoadError) as exc:
-                text = getattr(exc, "detail", None) or getattr(exc, "message", None) or str(exc)
-                self.store.update(
+            except SqlError as exc:
+                self._cancel_job(
                     job.job_id,
-                    state=CANCELLED,
-                    finished=_now(),
-                    error_msg=f"type:ETL_RUN_FAIL; msg:job interrupted by a server restart and cannot resume: {text}",
+                    f"type:ETL_RUN_FAIL; msg:job interrupted by a server restart and cannot resume: {_text(exc)}",
                 )
                 cancelled += 1
                 continue
-            self._start(job.job_id, load, prepared)
+            self._queue.put((job.job_id, load))
             resumed += 1
         return resumed, cancelled
 
@@ -304,8 +356,9 @@ class BrokerLoads:
             with self._guard:
                 prepared = self._running.get(job.job_id)
                 self._cancelled.add(job.job_id)
-            if prepared is None:
-                continue
+                if prepared is None:  # still waiting: its worker will skip it
+                    self._cancel_job(job.job_id, "type:USER_CANCEL; msg:user cancel")
+                    continue
             try:
                 self.loads.writer.abort_txn(prepared.txn_id, "user cancel")
             except TxnStateError:
@@ -417,6 +470,12 @@ def _show_row(job: LoadJob) -> list[object]:
     ]
 
 
+def _text(exc: SqlError | DorisError | LoadError) -> str:
+    if isinstance(exc, SqlError):
+        return exc.detail
+    return exc.message if isinstance(exc, DorisError) else exc.text
+
+
 def _now() -> float:
     import time
 
@@ -424,12 +483,12 @@ def _now() -> float:
 
 
 def _files_source(spark: SparkSession, paths: list[str], prepared: PreparedLoad) -> DataFrame:
-    """The files of a broker load, in order: a later file's row wins a tie over an earlier file's."""
+    """The resolved files of a broker load, in order: a later file's row wins a tie over an earlier file's."""
     readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
     read = readers.get(prepared.request.format, csv_source)
     frame: DataFrame | None = None
     for index, path in enumerate(paths):
-        part = read(spark, path, prepared.plan)  # type: ignore[arg-type]  # a URI or glob, not only a local path
+        part = read(spark, path, prepared.plan)  # type: ignore[arg-type]  # a real local path or an allowed URI
         part = part.selectExpr(f"({index} << {FILE_SHIFT}) + {POS} AS {POS}", *[c for c in part.columns if c != POS])
         frame = part if frame is None else frame.unionByName(part)
     assert frame is not None

@@ -108,24 +108,21 @@ class SqlExecutor:
         started = time.monotonic()
         # as in Doris, statements that write (INSERT, UPDATE, DELETE) have their own, longer timeout
         writes = text.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE")
-        timeout = session.timeout_seconds("insert_timeout" if writes else "query_timeout")
-        with JobGuard(self.spark, timeout_seconds=timeout) as guard:
-            session.running = guard
-            try:
-                result = self._translated(text, session, limit, guard)
-            finally:
-                session.running = None
+        guard = JobGuard(
+            self.spark, timeout_seconds=session.timeout_seconds("insert_timeout" if writes else "query_timeout")
+        )
+        try:
+            with guard:  # entering touches the JVM: a stopped one is an error like any other
+                session.running = guard
+                result = self._dispatch(text, session, limit)
+        except Exception as exc:
+            raise _sql_error(exc, text, guard) from None
+        finally:
+            session.running = None
         ms = int((time.monotonic() - started) * 1000)
         if isinstance(result, ExecStatus):
             return ExecStatus(affected_rows=result.affected_rows, time_ms=ms, info=result.info)
         return ResultSet(columns=result.columns, rows=result.rows, time_ms=ms)
-
-    def _translated(self, text: str, session: Session, limit: int | None, guard: JobGuard) -> StatementResult:
-        """The statement's result; every failure becomes a SqlError in the FE's words."""
-        try:
-            return self._dispatch(text, session, limit)
-        except Exception as exc:
-            raise _sql_error(exc, text, guard) from None
 
     # -- dispatch -------------------------------------------------------------------------
     def _dispatch(self, text: str, session: Session, limit: int | None) -> StatementResult:

@@ -6,7 +6,8 @@
     PAUSE [ALL] ROUTINE LOAD [FOR [db.]job] · RESUME [ALL] ROUTINE LOAD [FOR [db.]job] · STOP ROUTINE LOAD FOR [db.]job
     SHOW [ALL] ROUTINE LOAD [FOR [db.]job] [LIKE "pattern"] · SHOW ROUTINE LOAD TASK [FROM db] WHERE JobName = "job"
 
-Property checks and their texts follow Doris's `CreateRoutineLoadInfo` and `KafkaDataSourceProperties`.
+Property checks and their texts follow Doris's `CreateRoutineLoadInfo` and `KafkaDataSourceProperties`;
+`property.*` Kafka client settings pass an allow-list (`tables/routine_load.py`, unlike Doris).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlglot import TokenType
 
@@ -21,7 +23,14 @@ from loaders.errors import BadHeader
 from loaders.headers import parse_time_zone
 from sql.errors import SqlError
 from sql.tokens import Cursor
-from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadSpec
+from tables.routine_load import (
+    KAFKA_DEFAULT_OFFSETS,
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    KafkaPropertyError,
+    RoutineLoadSpec,
+    kafka_client_config,
+)
 
 JOB_PROPERTIES = {
     "desired_concurrent_number",
@@ -256,7 +265,9 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
     )
 
 
-def build_spec(stmt: CreateRoutineLoad, current_db: str, *, min_batch_rows: int) -> RoutineLoadSpec:
+def build_spec(
+    stmt: CreateRoutineLoad, current_db: str, *, min_batch_rows: int, cert_dir: Path | None = None
+) -> RoutineLoadSpec:
     """Validate a CREATE ROUTINE LOAD and turn it into the job's spec (table checks come later).
 
     Raises:
@@ -371,7 +382,7 @@ def build_spec(stmt: CreateRoutineLoad, current_db: str, *, min_batch_rows: int)
         job_properties["column_separator"] = f"'{stmt.column_separator if stmt.column_separator else chr(9)}'"
         job_properties["line_delimiter"] = "\n"
 
-    source = _kafka_source(stmt)
+    source = _kafka_source(stmt, cert_dir)
     return RoutineLoadSpec(
         name=stmt.name,
         db=stmt.db or current_db,
@@ -390,8 +401,8 @@ def build_spec(stmt: CreateRoutineLoad, current_db: str, *, min_batch_rows: int)
     )
 
 
-def _kafka_source(stmt: CreateRoutineLoad) -> dict[str, object]:
-    """Raises: SqlError with Doris's data source messages."""
+def _kafka_source(stmt: CreateRoutineLoad, cert_dir: Path | None) -> dict[str, object]:
+    """Raises: SqlError with Doris's data source messages, or naming a client property that is not allowed."""
     src = stmt.source
     for key in src:
         if key not in KAFKA_PROPERTIES and not key.startswith("property."):
@@ -412,13 +423,17 @@ def _kafka_source(stmt: CreateRoutineLoad) -> dict[str, object]:
             if not name:
                 raise SqlError("kafka property value could not be a empty string")
             custom[name] = value
+    try:  # refused at CREATE, naming the key; the job's consumer checks again before it connects
+        kafka_client_config(custom, cert_dir)
+    except KafkaPropertyError as exc:
+        raise SqlError(exc.message) from None
     partitions: list[int] = []
     if (raw := (src.get("kafka_partitions") or "").strip()) != "":
         try:
             partitions = [int(p) for p in raw.split(",")]
         except ValueError:
             raise SqlError(f"kafka_partitions must be a number string with comma-separated, got {raw}") from None
-    default_raw = custom.get("kafka_default_offsets") or src.get("kafka_default_offsets")
+    default_raw = custom.get(KAFKA_DEFAULT_OFFSETS) or src.get(KAFKA_DEFAULT_OFFSETS)
     offsets_raw = (src.get("kafka_offsets") or "").strip()
     if offsets_raw and default_raw:
         raise SqlError("Only one of kafka_offsets and kafka_default_offsets can be set.")
@@ -441,7 +456,7 @@ def _kafka_source(stmt: CreateRoutineLoad) -> dict[str, object]:
     default = (default_raw or "OFFSET_END").strip().upper()
     if default not in ("OFFSET_BEGINNING", "OFFSET_END"):
         raise SqlError("kafka_default_offsets can only be set to OFFSET_BEGINNING, OFFSET_END or date time")
-    custom["kafka_default_offsets"] = default
+    custom[KAFKA_DEFAULT_OFFSETS] = default
     custom.setdefault("group.id", f"{stmt.name}_{uuid.uuid4()}")
     default_offset = OFFSET_BEGINNING if default == "OFFSET_BEGINNING" else OFFSET_END
     if partitions and not offsets:

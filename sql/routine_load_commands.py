@@ -88,7 +88,7 @@ def run_routine_load_statement(
 
 
 def _create(stmt: CreateRoutineLoad, current_db: str, manager: RoutineLoadManager, catalog: Catalog) -> None:
-    spec = build_spec(stmt, current_db, min_batch_rows=manager.min_batch_rows)
+    spec = build_spec(stmt, current_db, min_batch_rows=manager.min_batch_rows, cert_dir=manager.cert_dir)
     table = catalog.load(spec.db, spec.table).definition
     if spec.merge_type != "APPEND" and not table.is_unique:
         raise SqlError("load by MERGE or DELETE is only supported in unique tables.")

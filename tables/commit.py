@@ -89,16 +89,24 @@ class _Turnstile:
 
     @contextmanager
     def turn(self, version: int) -> Iterator[None]:
-        """Wait until every lower version is done; the table is ours until the block ends."""
+        """Wait until every lower version is done; the table is ours until the block ends.
+
+        Raises:
+            DorisError: the version was released meanwhile (its load was abandoned at its deadline).
+        """
         with self.cond:
-            self.cond.wait_for(lambda: min(self.in_flight) == version)
+            self.cond.wait_for(lambda: version not in self.in_flight or min(self.in_flight) == version)
+            if version not in self.in_flight:
+                raise DorisError(f"version {version} was released: its load passed its deadline")
         with self.commit_lock:
             yield
 
     def done(self, version: int) -> None:
+        """Release a version; a second release (the abandoned load's own exit, later) changes nothing."""
         with self.cond:
-            self.in_flight.remove(version)
-            self.cond.notify_all()
+            if version in self.in_flight:
+                self.in_flight.remove(version)
+                self.cond.notify_all()
 
 
 class TableWriter:
@@ -119,6 +127,7 @@ class TableWriter:
         self._turnstiles: dict[str, _Turnstile] = {}
         self._guard = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
+        self._writing: dict[int, tuple[_Turnstile, int, Path]] = {}  # txn id → its version, while `write` runs
 
     def _turnstile(self, handle: TableHandle) -> _Turnstile:
         # keyed by the Iceberg table uuid: a dropped and re-created table starts its own count
@@ -161,6 +170,8 @@ class TableWriter:
             directory=handle.location / "data" / f"txn_{txn_id}",
             group=group,
         )
+        if version != PRECOMMIT_VERSION:
+            self._writing[txn_id] = (turnstile, version, pending.directory)
         try:
             if exclusive:
                 with turnstile.turn(version):
@@ -195,8 +206,29 @@ class TableWriter:
                 self._txns.transition(member, (PREPARE,), ABORTED)
             raise
         finally:
+            self._writing.pop(txn_id, None)
             if version != PRECOMMIT_VERSION:
                 turnstile.done(version)
+
+    def abandon(self, txn_id: int, reason: str) -> bool:
+        """Abort a load that outlived its deadline while its job may still run, and give its version turn
+        to the next load of the table at once, whatever its thread is stuck in.
+
+        False when the transaction committed or precommitted meanwhile: the load's own outcome stands.
+        Files its job writes later are never committed (its commit finds the transaction aborted and its
+        version released) and are removed by its own exit or by orphan removal.
+        """
+        with self._deciding(txn_id):
+            if not self._txns.transition(txn_id, (PREPARE,), ABORTED, reason=reason):
+                current = self._txns.get(txn_id)
+                if current is None or current.state != ABORTED:  # aborted by a user or a DROP: released too
+                    return False
+        writing = self._writing.pop(txn_id, None)
+        if writing is not None:
+            turnstile, version, directory = writing
+            turnstile.done(version)
+            shutil.rmtree(directory, ignore_errors=True)
+        return True
 
     def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
         """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,

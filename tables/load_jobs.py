@@ -108,6 +108,12 @@ class LoadJobStore:
             ).fetchall()
         return [_job(r) for r in rows]
 
+    def unfinished_count(self) -> int:
+        """Jobs PENDING or LOADING in every database (Doris bounds them all together)."""
+        with self._lock:
+            (count,) = self._conn.execute("SELECT count(*) FROM load_jobs WHERE state IN (?, ?)", UNFINISHED).fetchone()
+        return int(count)
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

@@ -33,6 +33,20 @@ class ColumnMapping(BaseModel):
     expr: Expr | None = None
 
 
+MIB = 1024 * 1024
+
+
+class InputLimits(BaseModel):
+    """Caps on what one load's input may make the server build (settings `SL_MAX_*`, docs/security.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_line_bytes: int = 64 * MIB  # one CSV / JSON line, as read (a body without newlines is one line)
+    max_string_bytes: int = 1048576  # one STRING value: Doris's string_type_length_soft_limit_bytes
+    max_expression_bytes: int = 256 * MIB  # the largest value a `columns` / `where` / `delete` expression may build
+    error_log_line_bytes: int = 64 * 1024  # one error-log line: Doris's load_error_log_limit_bytes
+
+
 class LoadRequest(BaseModel):
     """Everything a load needs, decided from the headers (or the INSERT statement) before any data is read."""
 
@@ -71,6 +85,7 @@ class LoadRequest(BaseModel):
     source: Literal["stream_load", "insert", "broker_load"] = "stream_load"
     two_phase_commit: bool = False
     group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
+    limits: InputLimits = InputLimits()
 
 
 GROUP_COMMIT_OMITS = ("TwoPhaseCommit", "BeginTxnTimeMs", "CommitAndPublishTimeMs")  # absent from its replies

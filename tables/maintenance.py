@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tables.catalog import Catalog, TableHandle, _plain_path
+from tables.error_logs import expire_error_logs
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
 
 log = logging.getLogger(__name__)
@@ -142,4 +143,6 @@ def run_maintenance(
             except Exception:  # one broken table must not stop the others' housekeeping
                 log.exception("maintenance of %s.%s failed", db, name)
     report.files_removed += remove_staging_orphans(staging, protected, grace_seconds=grace_seconds, now=now)
+    error_logs = staging.parent / "error_log"
+    report.files_removed += expire_error_logs(error_logs, keep_seconds=txns.label_keep_seconds, now=now)
     return report

@@ -1,6 +1,7 @@
-"""Test-only pause points: `SL_PAUSE_AT=point[:table],...` makes a load log `paused at <point>` and block there.
+"""Test-only pause points: `SL_PAUSE_AT=point[:table][:once],...` makes a load log `paused at <point>` and block there.
 
-Crash tests kill the server at that exact moment. Points, in load order:
+Crash tests kill the server at that exact moment; a point armed `once` pauses only the first load that
+reaches it (the next loads of the table pass). Points, in load order:
     staging        the body is being received (after its first chunk is on disk)
     job            the transaction is PREPARE and the Spark job is about to run
     before_commit  the rowset files are written, the Iceberg commit has not happened
@@ -23,18 +24,27 @@ class PausePoints:
     """Parsed pause settings; a point with a table pauses only loads into that table."""
 
     def __init__(self, spec: str | None = None) -> None:
-        self._rules: list[tuple[str, str | None]] = []
+        self._rules: list[tuple[str, str | None, bool]] = []
+        self._lock = threading.Lock()
         for item in (spec or "").split(","):
             item = item.strip()
             if not item:
                 continue
-            point, _, table = item.partition(":")
-            if point not in POINTS:
-                raise ValueError(f"unknown pause point {point!r}; known: {', '.join(POINTS)}")
-            self._rules.append((point, table or None))
+            point, _, rest = item.partition(":")
+            table, _, once = rest.partition(":")
+            if point not in POINTS or once not in ("", "once"):
+                raise ValueError(f"unknown pause point {item!r}; known: {', '.join(POINTS)}, each [:table][:once]")
+            self._rules.append((point, table or None, once == "once"))
 
     def _matches(self, point: str, table: str) -> bool:
-        return any(p == point and (t is None or t.lower() == table.lower()) for p, t in self._rules)
+        with self._lock:
+            for rule in self._rules:
+                p, t, once = rule
+                if p == point and (t is None or t.lower() == table.lower()):
+                    if once:
+                        self._rules.remove(rule)
+                    return True
+            return False
 
     def _announce(self, point: str, table: str) -> None:
         message = f"paused at {point} (table {table})"

@@ -10,15 +10,18 @@ a restart folds in the batches that became visible and resumes after them, exact
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tables.errors import AlreadyExists, DorisError
+from tables.source_paths import check_cert_file
 
 
 class JobState(StrEnum):
@@ -37,6 +40,7 @@ class JobState(StrEnum):
 MANUAL_PAUSE_ERR = 100
 MANUAL_STOP_ERR = 101
 TOO_MANY_FAILURE_ROWS_ERR = 102
+CREATE_TASKS_ERR = 103
 TASKS_ABORT_ERR = 104
 TABLE_ERR = 6
 
@@ -51,6 +55,97 @@ def error_reason(code: int, msg: str) -> str:
 
 
 TOO_MANY_ERRORS = "current error rows is more than max_error_number or the max_filter_ratio is more than the value set"
+
+
+def _one_of(*allowed: str) -> Callable[[str], bool]:
+    return lambda value: value.strip().lower() in {a.lower() for a in allowed}
+
+
+def _pattern(regex: str) -> Callable[[str], bool]:
+    return lambda value: re.fullmatch(regex, value.strip()) is not None
+
+
+def _printable(value: str) -> bool:
+    return len(value) <= 1024 and value.isprintable()
+
+
+_BOOL = _one_of("true", "false")
+_COUNT = _pattern(r"\d{1,10}")
+# Kerberos names reach librdkafka's kinit command line: plain principal syntax only
+_KERBEROS_NAME = _pattern(r"[A-Za-z0-9._/@-]{1,255}")
+
+# The `property.*` keys of FROM KAFKA a Doris user sets (Doris's routine load manual: ids, SSL, SASL, Kerberos,
+# fetch sizes, the broker version fallback), each with a check of its value. Any other librdkafka property is
+# refused: some load native code (plugin.library.paths, ssl.engine.location), run commands
+# (sasl.kerberos.kinit.cmd), call out (sasl.oauthbearer.*) or write files (debug, log settings).
+KAFKA_CLIENT_PROPERTIES: dict[str, Callable[[str], bool]] = {
+    "group.id": _printable,
+    "client.id": _printable,
+    "security.protocol": _one_of("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
+    "sasl.mechanism": _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI"),
+    "sasl.mechanisms": _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI"),
+    "sasl.username": _printable,
+    "sasl.password": _printable,
+    "sasl.kerberos.service.name": _KERBEROS_NAME,
+    "sasl.kerberos.principal": _KERBEROS_NAME,
+    "ssl.key.password": _printable,
+    "ssl.keystore.password": _printable,
+    "ssl.endpoint.identification.algorithm": _one_of("none", "https"),
+    "enable.ssl.certificate.verification": _BOOL,
+    "fetch.message.max.bytes": _COUNT,
+    "max.partition.fetch.bytes": _COUNT,
+    "fetch.max.bytes": _COUNT,
+    "fetch.min.bytes": _COUNT,
+    "fetch.wait.max.ms": _COUNT,
+    "receive.message.max.bytes": _COUNT,
+    "socket.timeout.ms": _COUNT,
+    "session.timeout.ms": _COUNT,
+    "api.version.request": _BOOL,
+    "broker.version.fallback": _pattern(r"\d+(\.\d+){1,3}"),
+    "isolation.level": _one_of("read_committed", "read_uncommitted"),
+}
+# properties naming a file: read only from the certificate folder (SL_KAFKA_CERT_DIR), after resolving links
+KAFKA_FILE_PROPERTIES = (
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.crl.location",
+    "ssl.keystore.location",
+    "sasl.kerberos.keytab",
+)
+KAFKA_DEFAULT_OFFSETS = "kafka_default_offsets"  # Doris's own key, never passed to the client
+
+
+class KafkaPropertyError(DorisError):
+    """A `property.*` of a routine load that is not allowed; the message names it."""
+
+
+def kafka_client_config(properties: Mapping[str, str], cert_dir: Path | None) -> dict[str, str]:
+    """The librdkafka settings of a job's `property.*` keys (without the prefix), files resolved.
+
+    Raises:
+        KafkaPropertyError: a key not on the allow-list, a value its check refuses, or a file outside `cert_dir`.
+    """
+    config: dict[str, str] = {}
+    for key, value in properties.items():
+        if key == KAFKA_DEFAULT_OFFSETS:
+            continue
+        if key in KAFKA_FILE_PROPERTIES:
+            if key == "ssl.ca.location" and value.strip() == "probe":  # librdkafka's system CA lookup
+                config[key] = "probe"
+                continue
+            try:
+                config[key] = check_cert_file(value.strip(), cert_dir, f"property.{key}")
+            except DorisError as exc:
+                raise KafkaPropertyError(exc.message) from None
+            continue
+        check = KAFKA_CLIENT_PROPERTIES.get(key)
+        if check is None:
+            raise KafkaPropertyError(f"property.{key} is invalid kafka property or can not be set")
+        if not check(value):
+            raise KafkaPropertyError(f"property.{key} has an invalid value")  # never echoed: it may be a secret
+        config[key] = value.strip()
+    return config
 
 
 class RoutineLoadSpec(BaseModel):

@@ -1,4 +1,4 @@
-"""Runs one case of `shared/conformance/cases` against a server, exactly as its README describes."""
+"""Runs one case of `tests/data/conformance/cases` against a server, exactly as its README describes."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ import pytest
 
 from tests.helpers import DorisClient
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# the documents the project comes from, copied into the repo (tests/data/README.md says where from)
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -45,12 +46,15 @@ def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     from app.settings import Settings
 
     # routine load tests end batches by a few rows (Doris's 200000-row floor stays the default elsewhere);
-    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py)
+    # background compaction off: tests that count rowsets run it themselves (tests/test_compaction.py);
+    # broker loads read under one folder, Kafka certificates from another (tests/test_security_sources.py)
     return Settings(
         data_dir=tmp_path_factory.mktemp("server-data"),
         mysql_port=0,
         routine_load_min_batch_rows=1,
         compaction_interval_seconds=0,
+        broker_allowed_roots=[str(tmp_path_factory.mktemp("broker-files"))],
+        kafka_cert_dir=tmp_path_factory.mktemp("kafka-certs"),
     )
 
 
@@ -62,15 +66,17 @@ def served_app(spark, server_settings):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def base_url(served_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def base_url(served_app, server_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A real uvicorn serving the app on 127.0.0.1:<free port>, sharing the test run's SparkSession."""
     import uvicorn
+
+    from app.connections import server_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(served_app, log_level="warning")
+    config = server_config(served_app, server_settings, log_level="warning")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -63,9 +63,9 @@ def assert_doris_result(
 class DorisClient:
     """A thin client for one server: SQL statements and stream loads, as a Doris user sends them."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, auth: tuple[str, str] = AUTH) -> None:
         self.base_url = base_url
-        self.http = httpx.Client(base_url=base_url, auth=AUTH, timeout=120)
+        self.http = httpx.Client(base_url=base_url, auth=auth, timeout=120)
 
     def sql_raw(self, db: str, stmt: str) -> dict[str, Any]:
         resp = self.http.post(f"/api/query/default_cluster/{db}", json={"stmt": stmt})

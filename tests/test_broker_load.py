@@ -4,6 +4,7 @@ asynchronously over local files and followed with SHOW LOAD; CANCEL LOAD; SHOW T
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,14 @@ import pytest
 from tests.helpers import DorisClient, assert_doris_result
 
 SHOW_LOAD_STATE = 2
+
+
+@pytest.fixture
+def files(server_settings: Any) -> Path:
+    """A fresh folder under the server's allowed broker-load root (SL_BROKER_ALLOWED_ROOTS)."""
+    path = Path(server_settings.broker_allowed_roots[0]) / uuid.uuid4().hex[:12]
+    path.mkdir()
+    return path
 
 
 def wait_for_job(doris: DorisClient, db: str, label: str, timeout: float = 60) -> dict[str, Any]:
@@ -28,7 +37,7 @@ def wait_for_job(doris: DorisClient, db: str, label: str, timeout: float = 60) -
         time.sleep(0.2)
 
 
-def test_seed_order_by_load_keeps_the_highest_sequence_per_key(doris: DorisClient, db: str, tmp_path: Path) -> None:
+def test_seed_order_by_load_keeps_the_highest_sequence_per_key(doris: DorisClient, db: str, files: Path) -> None:
     """002: `ORDER BY source_sequence` maps the hidden sequence; a glob over two files, later rows with a
     lower sequence lose."""
     doris.sql(
@@ -37,13 +46,13 @@ def test_seed_order_by_load_keeps_the_highest_sequence_per_key(doris: DorisClien
         'DISTRIBUTED BY HASH(k1) BUCKETS 2 PROPERTIES ("function_column.sequence_type" = "int")',
     )
     for part, text in (("a", "1,1,5,five,5\n2,2,1,one,1\n"), ("b", "1,1,3,three,3\n2,2,9,nine,9\n3,3,1,x,1\n")):
-        (tmp_path / part).mkdir()
-        (tmp_path / part / "test.txt").write_text(text)
+        (files / part).mkdir()
+        (files / part / "test.txt").write_text(text)
     doris.sql(
         db,
         f"""LOAD LABEL {db}.label1
         (
-            DATA INFILE("{tmp_path}/*/test.txt")
+            DATA INFILE("{files}/*/test.txt")
             INTO TABLE `tbl1`
             COLUMNS TERMINATED BY ","
             (k1,k2,source_sequence,v1,v2)
@@ -67,11 +76,11 @@ def test_seed_order_by_load_keeps_the_highest_sequence_per_key(doris: DorisClien
     assert [(r[0], r[1], r[3]) for r in txns] == [(job["TransactionId"], "label1", "VISIBLE")]
     assert "has already been used" in doris.sql_error(
         db,
-        f'LOAD LABEL {db}.label1 (DATA INFILE("{tmp_path}/a/test.txt") INTO TABLE tbl1 (k1,k2,source_sequence,v1,v2))',
+        f'LOAD LABEL {db}.label1 (DATA INFILE("{files}/a/test.txt") INTO TABLE tbl1 (k1,k2,source_sequence,v1,v2))',
     )
 
 
-def test_seed_merge_load_deletes_rows_matching_delete_on(doris: DorisClient, db: str, tmp_path: Path) -> None:
+def test_seed_merge_load_deletes_rows_matching_delete_on(doris: DorisClient, db: str, files: Path) -> None:
     """004: `MERGE DATA INFILE ... DELETE ON delete_label=1` upserts the other rows."""
     doris.sql(
         db,
@@ -79,7 +88,7 @@ def test_seed_merge_load_deletes_rows_matching_delete_on(doris: DorisClient, db:
         "UNIQUE KEY(order_id) DISTRIBUTED BY HASH(order_id) BUCKETS 2",
     )
     assert_doris_result(doris.stream_load(db, "example_tbl", "1,a,NEW\n2,b,NEW\n3,c,NEW\n", {"column_separator": ","}))
-    path = tmp_path / "file1"
+    path = files / "file1"
     path.write_text("1,a,PAID,0\n2,b,NEW,1\n4,d,NEW,0\n")
     doris.sql(
         db,
@@ -95,11 +104,9 @@ def test_seed_merge_load_deletes_rows_matching_delete_on(doris: DorisClient, db:
     ]
 
 
-def test_failed_job_is_cancelled_with_its_reason_and_changes_nothing(
-    doris: DorisClient, db: str, tmp_path: Path
-) -> None:
+def test_failed_job_is_cancelled_with_its_reason_and_changes_nothing(doris: DorisClient, db: str, files: Path) -> None:
     doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-    path = tmp_path / "bad.csv"
+    path = files / "bad.csv"
     path.write_text("1,1\nx,2\n3,3\n")
     stmt = f'LOAD LABEL bad (DATA INFILE("{path}") INTO TABLE t COLUMNS TERMINATED BY "," (k, tmp) SET (v = tmp * 10)) '
     doris.sql(db, stmt)
@@ -136,9 +143,9 @@ def test_bad_load_statements_fail_at_once(doris: DorisClient, db: str, stmt: str
     assert doris.rows(db, "SHOW LOAD") == []
 
 
-def test_cancel_load_never_half_applies(doris: DorisClient, db: str, tmp_path: Path) -> None:
+def test_cancel_load_never_half_applies(doris: DorisClient, db: str, files: Path) -> None:
     doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2")
-    path = tmp_path / "big.csv"
+    path = files / "big.csv"
     path.write_text("".join(f"{i},{i}\n" for i in range(200_000)))
     doris.sql(db, f'LOAD LABEL big (DATA INFILE("{path}") INTO TABLE t COLUMNS TERMINATED BY "," (k, v))')
     reply = doris.sql_raw(db, 'CANCEL LOAD WHERE LABEL = "big"')

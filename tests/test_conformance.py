@@ -1,4 +1,5 @@
-"""Every case of `shared/conformance/cases` against the real server, one test per case.
+"""Every case of `tests/data/conformance/cases` (the repo's copy of `shared/conformance`) against the real
+server, one test per case.
 
 Cases that need a later issue are strict expected failures naming the issue, so one that starts
 passing must be un-marked.
@@ -11,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import run_case
-from tests.conftest import SHARED
+from tests.conftest import DATA
 from tests.helpers import DorisClient
 
-CASES = sorted((SHARED / "conformance" / "cases").glob("*.json"))
+CASES = sorted((DATA / "conformance" / "cases").glob("*.json"))
 
 LATER: dict[str, str] = {}
 
@@ -27,6 +28,19 @@ def _param(path: Path) -> object:
 
 def test_cases_are_present() -> None:
     assert len(CASES) >= 17
+
+
+UPSTREAM = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.mark.skipif(not UPSTREAM.is_dir(), reason="no shared/ checkout beside the repo")
+@pytest.mark.parametrize("folder", ["conformance", "seeds"])
+def test_the_repo_copy_is_current_with_shared(folder: str) -> None:
+    """The suite runs the repo's copy; when the upstream documents sit beside the clone, the copy equals them."""
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    assert files(DATA / folder) == files(UPSTREAM / folder), f"copy ../shared/{folder} into tests/data/{folder}"
 
 
 @pytest.mark.parametrize("case", [_param(p) for p in CASES])

@@ -83,3 +83,31 @@ def test_readme_shows_docker_build_and_run_with_both_ports() -> None:
     run = re.search(r"^docker run .*$", readme, re.MULTILINE)
     assert run is not None
     assert "-p 8030:8030" in run.group(0) and "-p 9030:9030" in run.group(0) and ":/data" in run.group(0)
+
+
+def test_container_runs_as_an_unprivileged_user_that_owns_the_data_volume(dockerfile: DockerfileParser) -> None:
+    users = instructions(dockerfile, "USER")
+    assert users and users[-1].split(":")[0] not in ("root", "0"), users
+    user = users[-1].split(":")[0]
+    runs = " ".join(instructions(dockerfile, "RUN"))
+    assert re.search(rf"useradd .*\b{user}\b", runs), runs
+    assert re.search(rf"chown {user}(:{user})? {dockerfile.envs['SL_DATA_DIR']}\b", runs), runs
+    # the user is switched after the install, so the code and its virtualenv stay root-owned (read-only to it)
+    order = [i["instruction"] for i in dockerfile.structure]
+    assert order.index("USER") > max(i for i, name in enumerate(order) if name == "RUN")
+
+
+@pytest.mark.parametrize(
+    "where", [pytest.param("README.md", id="the README's docker run"), pytest.param("Dockerfile", id="the Dockerfile's")]
+)
+def test_documented_docker_run_sets_a_root_password_the_container_needs(
+    dockerfile: DockerfileParser, where: str
+) -> None:
+    text = (ROOT / where).read_text()
+    run = re.search(r"docker run .*$", text, re.MULTILINE)
+    assert run is not None
+    password = re.search(r"-e SL_ROOT_PASSWORD=(\S+)", run.group(0))
+    assert password, run.group(0)
+    host = dockerfile.envs["SL_HOST"]
+    assert Settings(host=host).exposure_problem() is not None, "without a password the container must not start"
+    assert Settings(host=host, root_password=password.group(1)).exposure_problem() is None

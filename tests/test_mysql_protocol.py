@@ -16,7 +16,7 @@ from pymysql.constants import FIELD_TYPE
 
 from tests.helpers import DorisClient
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
 
 
 def connect(port: int, **kwargs: object) -> pymysql.connections.Connection:  # type: ignore[type-arg]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import DorisClient, assert_doris_result
 
-SEED_000 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_0c520fff6485a702.txt"
+SEED_000 = Path(__file__).resolve().parent / "data" / "seeds" / "000_0c520fff6485a702.txt"
 CSV = {"column_separator": ","}
 
 

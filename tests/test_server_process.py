@@ -2,7 +2,9 @@
 
 One start serves the whole module (a JVM start is the expensive part): the port comes from `--port` and the
 data directory from `SL_DATA_DIR`, while `SL_PORT` names another port that must stay unused (the flag wins).
-The Java check is tested without a server: it runs before anything imports Spark.
+It listens on every address (`--host 0.0.0.0`), as in a container, so it has a root password, and small
+connection bounds that the tests below reach. The Java check and the refusal to serve beyond loopback with an
+empty password are tested without a server: both happen before anything imports Spark.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from tests.helpers import DorisClient, assert_doris_result
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 120
 STOP_TIMEOUT = 20
+PASSWORD = "s3cret-Pass"
+MAX_CONNECTIONS = 6
+HEADER_TIMEOUT = 2
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         SL_SPARK_MASTER="local[2]",
         SL_SPARK_CONF='{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}',
         SL_LOG_LEVEL="warning",
+        SL_ROOT_PASSWORD=PASSWORD,
+        SL_HTTP_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        SL_HTTP_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT),
         PYICEBERG_HOME=str(tmp_path_factory.mktemp("process-pyiceberg-home")),
     )
-    cmd = [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "app", "--host", "0.0.0.0", "--port", str(port)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -108,7 +116,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def doris(server: ServerProcess) -> DorisClient:
-    return DorisClient(server.base_url)
+    return DorisClient(server.base_url, auth=("root", PASSWORD))
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +223,63 @@ def test_start_without_java_17_exits_2_and_says_what_to_install(
     assert out.returncode == 2, out
     assert says in out.stderr and "Java 17" in out.stderr and "openjdk-17" in out.stderr, out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        pytest.param(["--host", "0.0.0.0"], {}, id="--host 0.0.0.0 with an empty password"),
+        pytest.param([], {"SL_HOST": "::"}, id="SL_HOST :: with an empty password"),
+        pytest.param(["--host", "example.internal"], {"SL_ROOT_PASSWORD": ""}, id="a host name that is not localhost"),
+    ],
+)
+def test_serving_beyond_loopback_with_an_empty_root_password_exits_2_and_says_to_set_one(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"), *args],
+        cwd=ROOT,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "empty password" in out.stderr and "SL_ROOT_PASSWORD" in out.stderr, out.stderr
+    assert not (tmp_path / "data").exists(), "nothing may be created before the refusal"
+
+
+def test_beyond_loopback_only_the_root_password_logs_in(server: ServerProcess, doris: DorisClient) -> None:
+    assert doris.sql_raw("information_schema", "SELECT 1")["code"] == 0
+    for auth in (("root", ""), ("root", "wrong"), ("admin", "")):
+        body = httpx.post(
+            f"{server.base_url}/api/query/default_cluster/information_schema",
+            json={"stmt": "SELECT 1"},
+            auth=auth,
+            timeout=30,
+        ).json()
+        assert body["code"] != 0 and "Access denied" in str(body["data"]) + body["msg"], body
+
+
+def test_connections_that_never_finish_their_request_head_are_closed_and_free_the_bound(
+    server: ServerProcess, doris: DorisClient
+) -> None:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    stalled = []
+    for _ in range(MAX_CONNECTIONS):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # the head never ends
+        stalled.append(sock)
+    try:
+        time.sleep(0.3)
+        # every slot is held: a new request is refused at once rather than waiting behind them
+        assert httpx.get(f"{server.base_url}/api/health", timeout=10).status_code == 503
+        time.sleep(HEADER_TIMEOUT + 1)
+        for sock in stalled:  # the server closed each of them
+            sock.settimeout(5)
+            assert sock.recv(1024) == b""
+        assert httpx.get(f"{server.base_url}/api/health", timeout=10).status_code == 200
+        assert doris.sql_raw("information_schema", "SELECT 1")["code"] == 0
+    finally:
+        for sock in stalled:
+            sock.close()

@@ -5,6 +5,7 @@ cycle serves all three (a JVM start is the expensive part)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,10 @@ from tests.test_two_phase_commit import load_state, operate, precommit
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", tmp_path / "server.log")
+    # the broker load reads from tmp_path (the data dir inside it stays refused)
+    proc = ServerProcess(
+        tmp_path / "data", tmp_path / "server.log", SL_BROKER_ALLOWED_ROOTS=json.dumps([str(tmp_path)])
+    )
     yield proc
     proc.kill()
 

@@ -1,0 +1,69 @@
+"""Bounds on HTTP connections: how many at once, and how long a client may take to send its request head.
+
+uvicorn bounds concurrency (`limit_concurrency`: past it, a request is answered 503) but starts no timer before
+a request's head is complete, so a client that opens connections and trickles header bytes would hold them
+forever and, once the bound is reached, lock every other client out. `guarded_h11` adds that timer: a
+connection whose request head is not complete `header_timeout` seconds after it opened (or after its previous
+response) is closed. Bodies are bounded where they are read (stream load: idle and total deadlines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request head."""
+
+    header_timeout: float = 30.0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        if not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_deadline)
+
+    def _head_deadline(self) -> None:
+        cycle: Any = getattr(self, "cycle", None)
+        waiting_for_head = cycle is None or cycle.response_complete
+        if waiting_for_head and not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_h11(header_timeout: float) -> type[GuardedH11Protocol]:
+    """The protocol class uvicorn's `Config(http=...)` takes, with this deadline on request heads."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"header_timeout": header_timeout})
+
+
+def server_config(app: Any, settings: Settings, **kwargs: Any) -> uvicorn.Config:
+    """uvicorn's configuration for the app, with the connection bounds of the settings."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=kwargs.pop("log_level", settings.log_level),
+        http=guarded_h11(settings.http_header_timeout_seconds),
+        limit_concurrency=settings.http_max_connections,
+        **kwargs,
+    )
