@@ -272,11 +272,14 @@ def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expression:
     limit = limits.max_string_bytes if kind == "bytes" else limits.max_generated_rows
     setting = "SL_SQL_MAX_STRING_BYTES" if kind == "bytes" else "SL_SQL_MAX_GENERATED_ROWS"
     refs = [f"__g.a{i}" for i in range(len(args))]
+    call = node.copy()  # the same call on the struct's fields, rendered as sqlglot renders the original
+    for i, arg in enumerate(_arguments(call)):
+        arg.replace(exp.column(f"a{i}", table="__g"))
     fields = ", ".join(f"'a{i}', {arg}" for i, arg in enumerate(args))
     message = lit(f"{name} would produce more than {limit} {'bytes' if kind == 'bytes' else 'elements'} ({setting})")
     text = (
         f"element_at(transform(array(named_struct({fields})), __g -> CASE WHEN ({bound(refs)}) > {limit} "
-        f"THEN raise_error({message}) ELSE {name}({', '.join(refs)}) END), 1)"
+        f"THEN raise_error({message}) ELSE {call.sql(dialect='spark', comments=False)} END), 1)"
     )
     return sqlglot.parse_one(text, dialect="spark")
 
@@ -317,7 +320,9 @@ def cap_growth(tree: exp.Expression, limits: QueryLimits) -> exp.Expression:
         name = spark_function_name(node)
         if name in ("sequence", "format_string", "printf"):
             _check_static_growth(node, name, limits)
-        if name in _GROWTH:
+        if isinstance(node, exp.Space):  # rendered as repeat(' ', n): its one argument is the count
+            name = "space"
+        if name in _GROWTH and not isinstance(node, exp.ArrayConcat):  # arrays: sizes add, each already capped
             capped = _capped(node, name, limits)
             if node is tree:
                 return capped

@@ -131,6 +131,7 @@ ATTACKS = [
         id="concat-of-capped-halves",
     ),
     pytest.param("SELECT lpad('x', 2000000000, 'y')", "lpad would produce more than", id="lpad"),
+    pytest.param("SELECT space(2000000000)", "space would produce more than", id="space"),
     pytest.param("SELECT size(array_repeat(1, 2000000000))", "array_repeat would produce more than", id="array-repeat"),
     pytest.param("SELECT explode(sequence(1, 2000000000))", "sequence would produce more than", id="sequence"),
     pytest.param("SELECT count(*) FROM range(2000000000)", "range produces more than", id="range-tvf-over-the-cap"),
@@ -163,6 +164,7 @@ ALLOWED = [
     ),
     pytest.param("SELECT concat(v, repeat('-', 2)) AS c FROM t ORDER BY k", [["a--"], ["b--"]], id="capped-calls-work"),
     pytest.param("SELECT k FROM internal.{db}.t ORDER BY k", [[1], [2]], id="the-internal-catalog"),
+    pytest.param("SELECT size(array_concat(array(1), array(2))) AS n", [[2]], id="array-concat-is-not-a-string"),
 ]
 
 
