@@ -36,6 +36,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from spark_runner.supervisor import SparkHandle
     from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
+    from sql.select import QueryLimits
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
@@ -88,6 +89,10 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         routine_loads=routine_loads,
         compactor=compactor,
         address=f"{settings.host}:{settings.port}",
+        limits=QueryLimits(
+            max_string_bytes=settings.sql_max_string_bytes, max_generated_rows=settings.sql_max_generated_rows
+        ),
+        max_statements=settings.sql_max_statements,
     )
     two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
     two_phase.recover_committed()
@@ -163,6 +168,10 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             host=settings.host,
             port=settings.mysql_port,
             password=settings.root_password.get_secret_value(),
+            max_rows=settings.mysql_max_result_rows,
+            max_statements=settings.sql_max_statements,
+            max_connections=settings.mysql_max_connections,
+            handshake_timeout=settings.mysql_handshake_timeout_seconds,
         )
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)

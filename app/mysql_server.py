@@ -14,7 +14,7 @@ import hmac
 import inspect
 import logging
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
@@ -39,9 +39,10 @@ from sqlglot import exp
 
 from app.auth import USERS
 from sql.errors import SqlError
-from sql.results import ExecStatus
+from sql.results import ExecStatus, StatementResult
 from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
+from sql.session import check_statement_count
 from sql.tokens import Cursor, split_statements
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ DORIS_VARIABLES = {
     "default_storage_engine": (str, "olap", True),
     "default_tmp_storage_engine": (str, "olap", True),
     "sql_mode": (str, "ONLY_FULL_GROUP_BY", True),
+    "query_timeout": (int, 900, True),
+    "insert_timeout": (int, 14400, True),
 }
 
 # MySQL types of result columns, as Doris's FE reports them in the column definitions
@@ -77,8 +80,8 @@ COLUMN_TYPES: dict[str, ColumnType] = {
     "STRING": ColumnType.VAR_STRING,
 }
 
-# Spark's `LIMIT` takes a Java int: the largest one stands for "every row", as Doris's MySQL port returns
-NO_ROW_LIMIT = 2**31 - 1
+# how often a running statement looks whether its client is still connected
+CLIENT_POLL_SECONDS = 0.25
 
 # client bookkeeping that mysql-mimic answers: transactions, KILL, and SHOW of server state
 _MIMIC_FIRST_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "KILL"})
@@ -105,11 +108,14 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
 
     dialect = "doris"
 
-    def __init__(self, executor: SqlExecutor) -> None:
+    def __init__(self, executor: SqlExecutor, *, max_rows: int = 1_000_000, max_statements: int = 100) -> None:
         self.sql = SqlSession(db="")
         super().__init__(SessionVariables(GlobalVariables(DORIS_VARIABLES)))
         self.executor = executor
+        self.max_rows = max_rows
+        self.max_statements = max_statements
         self.affected_rows = 0
+        self.client_gone: Callable[[], bool] = lambda: False  # set by the server once the socket is known
 
     @property
     def database(self) -> str | None:
@@ -128,6 +134,10 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
             raise doris_error(exc) from None
         if not statements:
             raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
+        try:
+            check_statement_count(len(statements), self.max_statements)
+        except SqlError as exc:
+            raise doris_error(exc) from None
         result: AllowedResult = None
         for stmt in statements:
             result = await self._statement(stmt, attrs)
@@ -175,14 +185,31 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
 
     async def _doris(self, stmt: str) -> AllowedResult:
         try:
-            result = await asyncio.to_thread(self.executor.execute, stmt, self.sql, limit=NO_ROW_LIMIT)
+            result = await self._run(stmt)
         except SqlError as exc:
             raise doris_error(exc) from None
         if isinstance(result, ExecStatus):
             self.affected_rows = result.affected_rows
             return None
         assert isinstance(result, SqlResultSet)
+        if len(result.rows) > self.max_rows:
+            raise doris_error(
+                SqlError(f"Result set has more than {self.max_rows} rows (SL_MYSQL_MAX_RESULT_ROWS): add a LIMIT")
+            )
         return ResultSet(rows=result.rows, columns=result_columns(result.columns))
+
+    async def _run(self, stmt: str) -> StatementResult:
+        """Run the statement in a thread; its Spark jobs are cancelled if the client disconnects meanwhile."""
+        task = asyncio.ensure_future(asyncio.to_thread(self.executor.execute, stmt, self.sql, limit=self.max_rows + 1))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=CLIENT_POLL_SECONDS)
+                if not task.done() and self.client_gone():
+                    self.sql.interrupt("the client closed the connection")
+        except asyncio.CancelledError:  # KILL, or the server closing: the thread's jobs must stop too
+            self.sql.interrupt("the statement was killed")
+            raise
+        return await task
 
 
 class DorisPasswordPlugin(NativePasswordAuthPlugin):  # type: ignore[misc]  # mysql-mimic ships no type information
@@ -221,9 +248,14 @@ class DorisUsers(IdentityProvider):  # type: ignore[misc]  # mysql-mimic ships n
 
 
 class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no type information
-    """A connection whose OK packet carries the statement's affected rows (`Query OK, 1 row affected`)."""
+    """A connection whose OK packet carries the statement's affected rows (`Query OK, 1 row affected`), and
+    whose handshake (login) must finish within `handshake_timeout` seconds."""
 
     session: DorisSession
+    handshake_timeout: float = 10.0
+
+    async def connection_phase(self) -> None:
+        await asyncio.wait_for(super().connection_phase(), self.handshake_timeout)
 
     def ok(self, **kwargs: Any) -> bytes:
         if "affected_rows" not in kwargs and isinstance(self.session, DorisSession):
@@ -234,14 +266,35 @@ class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no
 
 
 class DorisMysqlServer(MysqlServer):  # type: ignore[misc]  # mysql-mimic ships no type information
-    """mysql-mimic's server with `DorisConnection`; the accept callback follows mysql-mimic 3.0's."""
+    """mysql-mimic's server with `DorisConnection`; the accept callback follows mysql-mimic 3.0's, with a bound on
+    concurrent connections (one more is told MySQL's error 1040 and closed) and a handshake timeout."""
+
+    max_connections = 1024
+    handshake_timeout = 10.0
+    active = 0
 
     async def _client_connected_cb(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.active >= self.max_connections:
+            await _refuse(writer, ErrorCode.CON_COUNT_ERROR, "Too many connections")
+            return
+        self.active += 1
+        try:
+            await self._serve(reader, writer)
+        except TimeoutError:
+            log.info("MySQL client did not finish its handshake within %.1f s", self.handshake_timeout)
+        finally:
+            self.active -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = MysqlStream(reader, writer)
         try:
             session = self.session_factory()
             if inspect.isawaitable(session):
                 session = await session
+            if isinstance(session, DorisSession):
+                # `_eof` is set once the peer has closed, even while its last packets (a COM_QUIT) are unread
+                # in the buffer, when `at_eof()` still says False
+                session.client_gone = lambda: bool(getattr(reader, "_eof", False)) or writer.is_closing()
             connection = DorisConnection(
                 stream=stream,
                 session=session,
@@ -250,6 +303,7 @@ class DorisMysqlServer(MysqlServer):  # type: ignore[misc]  # mysql-mimic ships 
                 identity_provider=self.identity_provider,
                 ssl=self.ssl,
             )
+            connection.handshake_timeout = self.handshake_timeout
             connection_id = await self.control.add(connection)
             connection.connection_id = connection_id
         except Exception:  # a client must get an error packet rather than a hung socket
@@ -263,13 +317,39 @@ class DorisMysqlServer(MysqlServer):  # type: ignore[misc]  # mysql-mimic ships 
             await self.control.remove(connection_id)
 
 
-async def start_mysql_server(executor: SqlExecutor, *, host: str, port: int, password: str) -> DorisMysqlServer:
+async def _refuse(writer: asyncio.StreamWriter, code: int, message: str) -> None:
+    """An error packet in place of the handshake (sequence 0), as MySQL sends 1040, then close."""
+    payload = b"\xff" + code.to_bytes(2, "little") + b"#08004" + message.encode()
+    writer.write(len(payload).to_bytes(3, "little") + b"\x00" + payload)
+    try:
+        await writer.drain()
+    except ConnectionError:
+        pass  # the client left first: nothing to tell it
+    writer.close()
+
+
+async def start_mysql_server(
+    executor: SqlExecutor,
+    *,
+    host: str,
+    port: int,
+    password: str,
+    max_rows: int = 1_000_000,
+    max_statements: int = 100,
+    max_connections: int = 1024,
+    handshake_timeout: float = 10.0,
+) -> DorisMysqlServer:
     """Listen on `host:port` (0: a free port); the bound port is `server.sockets()[0].getsockname()[1]`.
 
     Raises:
         OSError: the port cannot be bound.
     """
-    server = DorisMysqlServer(session_factory=lambda: DorisSession(executor), identity_provider=DorisUsers(password))
+    server = DorisMysqlServer(
+        session_factory=lambda: DorisSession(executor, max_rows=max_rows, max_statements=max_statements),
+        identity_provider=DorisUsers(password),
+    )
+    server.max_connections = max_connections
+    server.handshake_timeout = handshake_timeout
     await server.start_server(host=host, port=port)
     return server
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,7 +16,7 @@ from app.deps import ServicesDep
 from app.openapi import QueryReply, query_operation, reply
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
 from sql.errors import SqlError
-from sql.results import ResultSet
+from sql.results import ResultSet, StatementResult
 from sql.session import Session
 
 router = APIRouter()
@@ -39,8 +42,8 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
     limit = body.get("limit")
     session = Session(db=db)
     try:
-        result = await run_in_threadpool(
-            services.sql.execute_script, stmt, session, limit=int(limit) if limit is not None else None
+        result = await _run_watched(
+            request, session, partial(services.sql.execute_script, stmt, session, limit=_row_limit(limit))
         )
     except SqlError as exc:
         return fe_error(f"Failed to execute sql: {exc.doris_message}")
@@ -58,3 +61,34 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
             "time": result.time_ms,
         }
     return fe_json(data)
+
+
+# how often a running request looks whether its client is still connected
+CLIENT_POLL_SECONDS = 0.25
+
+
+def _row_limit(value: Any) -> int | None:
+    """The body's `limit`: a positive integer (Spark's LIMIT takes a Java int).
+
+    Raises:
+        SqlError: any other value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+        raise SqlError(f"Invalid limit: {str(value)[:40]}")
+    return min(int(value), 2**31 - 1)
+
+
+async def _run_watched(request: Request, session: Session, run: Callable[[], StatementResult]) -> StatementResult:
+    """Run the statements in a worker thread; if the client disconnects meanwhile, their Spark jobs are cancelled."""
+    task = asyncio.ensure_future(run_in_threadpool(run))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=CLIENT_POLL_SECONDS)
+            if not task.done() and await request.is_disconnected():
+                session.interrupt("the client closed the connection")
+    except asyncio.CancelledError:
+        session.interrupt("the request was cancelled")
+        raise
+    return await task

@@ -158,6 +158,22 @@ class Settings(BaseSettings):
         description="Group commit: wait before the first replay of a failed async load; doubles per failure, "
         "at most 300 s (Doris: 5).",
     )
+    sql_max_statements: int = Field(100, description="Most `;`-separated statements in one SQL request.")
+    sql_max_string_bytes: int = Field(
+        10 * 1024 * 1024, description="Largest value a string-growing SQL function (repeat, lpad, concat...) may make."
+    )
+    sql_max_generated_rows: int = Field(
+        10_000_000, description="Most rows of the range table function and elements of array_repeat/sequence."
+    )
+    mysql_max_result_rows: int = Field(
+        1_000_000, description="Most rows of one MySQL-protocol result set; a larger one is refused."
+    )
+    mysql_max_connections: int = Field(
+        1024, description="Most concurrent MySQL-protocol connections (Doris's qe_max_connection)."
+    )
+    mysql_handshake_timeout_seconds: float = Field(
+        10.0, description="A MySQL client must finish its handshake (login) within this many seconds."
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
+import threading
 import time
+import uuid
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +20,8 @@ from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sq
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
+
+log = logging.getLogger(__name__)
 
 
 def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
@@ -111,3 +117,55 @@ def collect_result(df: DataFrame, *, limit: int | None = None) -> ResultSet:
     meta = [(f.name, mysql_type_name(f.dataType)) for f in df.schema.fields]
     rows = [[render_value(v) for v in row] for row in data]
     return ResultSet(columns=meta, rows=rows, time_ms=int((time.monotonic() - start) * 1000))
+
+
+class JobGuard:
+    """The Spark jobs of one statement, under one job tag: cancelled past a deadline or when asked.
+
+    Spark cancels only jobs already running, so once cancelled the watcher keeps cancelling the tag until
+    the statement ends (a statement may start several jobs). Job tags belong to the calling thread.
+    """
+
+    def __init__(self, spark: SparkSession, *, timeout_seconds: float) -> None:
+        self.spark = spark
+        self.tag = f"sl-statement-{uuid.uuid4().hex}"
+        self.deadline = time.monotonic() + timeout_seconds
+        self.reason: str | None = None
+        self._done = threading.Event()
+        self._tagged = False
+        self._watcher = threading.Thread(target=self._watch, name=self.tag, daemon=True)
+
+    def __enter__(self) -> JobGuard:
+        try:
+            self.spark.sparkContext.addJobTag(self.tag)
+        except Exception:  # no JVM (stopped, being replaced): nothing to tag; a Spark call of the statement fails
+            log.debug("statement %s runs without a job tag", self.tag, exc_info=True)
+            return self
+        self._tagged = True
+        self._watcher.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._done.set()
+        if not self._tagged:
+            return
+        try:
+            self.spark.sparkContext.removeJobTag(self.tag)
+        finally:
+            self._watcher.join()
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the statement's jobs, now and any it starts later."""
+        if self.reason is None:
+            self.reason = reason
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.2 if self.reason else max(0.0, min(self.deadline - time.monotonic(), 0.2))):
+            if self.reason is None and time.monotonic() >= self.deadline:
+                self.reason = "timeout"
+            if self.reason is not None:
+                try:
+                    self.spark.sparkContext.cancelJobsWithTag(self.tag)
+                except Exception:  # a stopped JVM has no jobs left: the statement fails on its own
+                    log.warning("cancelling the jobs of %s failed", self.tag, exc_info=True)
+                    return

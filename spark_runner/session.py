@@ -23,6 +23,9 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # reflect/java_method run any static Java method: match nothing.
     "spark.sql.reflect.allowList": "^$",
+    # SQL text never reads files (text.`/etc/passwd`) nor expands ${env:...} / ${system:...} from the host.
+    "spark.sql.runSQLOnFiles": "false",
+    "spark.sql.variable.substitute": "false",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.sql.sources.partitionOverwriteMode": "static",
     "spark.driver.memory": "2g",

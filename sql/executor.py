@@ -14,7 +14,7 @@ from sqlglot import TokenType, exp
 
 from loaders.errors import LoadError
 from spark_runner.compaction import Compactor
-from spark_runner.queries import collect_result
+from spark_runner.queries import JobGuard, collect_result
 from spark_runner.routine_load import RoutineLoadManager
 from spark_runner.service import LoadService
 from sql.admin import admin_compact, show_tablets
@@ -27,8 +27,8 @@ from sql.insert import insert_request, insert_target, values_rows
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.routine_load import is_routine_load
 from sql.routine_load_commands import run_routine_load_statement
-from sql.select import drop_views, parse_query, run_query
-from sql.session import Session
+from sql.select import QueryLimits, drop_views, parse_query, run_query
+from sql.session import Session, check_statement_count
 from sql.show_create import show_create_table
 from sql.tokens import Cursor, split_statements
 from tables.catalog import Catalog
@@ -71,7 +71,11 @@ class SqlExecutor:
         routine_loads: RoutineLoadManager | None = None,
         compactor: Compactor | None = None,
         address: str = "127.0.0.1:8030",
+        limits: QueryLimits | None = None,
+        max_statements: int = 100,
     ) -> None:
+        self.limits = limits or QueryLimits()
+        self.max_statements = max_statements
         self.routine_loads = routine_loads
         self.spark = spark
         self.catalog = catalog
@@ -91,28 +95,30 @@ class SqlExecutor:
         statements = split_statements(text)
         if not statements:
             raise SqlError("Missing statement")
+        check_statement_count(len(statements), self.max_statements)
         result: StatementResult = ExecStatus()
         for stmt in statements:
             result = self.execute(stmt, session, limit=limit)
         return result
 
     def execute(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
+        """Run one statement; its Spark jobs are cancelled past the session's query_timeout or on interrupt."""
+        if session.interrupted is not None:
+            raise SqlError(session.interrupted)
         started = time.monotonic()
+        # as in Doris, statements that write (INSERT, UPDATE, DELETE) have their own, longer timeout
+        writes = text.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE")
+        guard = JobGuard(
+            self.spark, timeout_seconds=session.timeout_seconds("insert_timeout" if writes else "query_timeout")
+        )
         try:
-            result = self._dispatch(text, session, limit)
-        except DorisError as exc:
-            raise SqlError(exc.message) from None
-        except LoadError as exc:
-            raise SqlError(exc.text) from None
-        except PySparkException as exc:
-            raise SqlError(str(exc).strip().splitlines()[0]) from None
-        except SqlError:
-            raise
-        except Exception as exc:  # translate anything unexpected into the FE's error shape, keep the trace in logs
-            log.exception("statement failed: %s", text[:200])
-            raise SqlError(
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            ) from exc
+            with guard:  # entering touches the JVM: a stopped one is an error like any other
+                session.running = guard
+                result = self._dispatch(text, session, limit)
+        except Exception as exc:
+            raise _sql_error(exc, text, guard) from None
+        finally:
+            session.running = None
         ms = int((time.monotonic() - started) * 1000)
         if isinstance(result, ExecStatus):
             return ExecStatus(affected_rows=result.affected_rows, time_ms=ms, info=result.info)
@@ -322,7 +328,10 @@ class SqlExecutor:
         table_node, columns = insert_target(tree)
         handle = self.catalog.load(table_node.db or session.db, table_node.name)
         table = handle.definition
-        rows = values_rows(tree, self.spark)
+        source = tree.expression
+        if not isinstance(source, (exp.Values, exp.Query)):
+            raise SqlError("INSERT takes VALUES or a query")
+        rows = values_rows(tree, lambda node: self._evaluate(node, session))
         partial = session.flag("enable_unique_key_partial_update") and columns is not None
         request = insert_request(
             db=table.db, table=table.name, columns=columns, strict=session.flag("enable_insert_strict")
@@ -345,6 +354,7 @@ class SqlExecutor:
                 tree.expression,
                 db=session.db,
                 show_hidden=session.flag("show_hidden_columns"),
+                limits=self.limits,
             )
             try:
                 if len(frame.columns) != width:
@@ -358,6 +368,18 @@ class SqlExecutor:
                 raise SqlError(f"Insert has filtered data in strict mode. url: {result.error_url or ''}".strip())
             raise SqlError(_strip_code(result.message))
         return ExecStatus(affected_rows=result.number_loaded_rows, info={"label": result.label, "txnId": result.txn_id})
+
+    def _evaluate(self, node: exp.Expression, session: Session) -> str | None:
+        """A non-literal VALUES item, run as `SELECT CAST(item AS STRING)` with a query's checks and binding."""
+        query = exp.select(exp.cast(node.copy(), "STRING").as_("v"))
+        frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=False, limits=self.limits)
+        try:
+            value = frame.collect()[0][0]
+        except PySparkException as exc:
+            raise SqlError(f"can not evaluate '{node.sql(dialect='doris')}': {str(exc).splitlines()[0]}") from None
+        finally:
+            drop_views(self.spark, views)
+        return None if value is None else str(value)
 
     def _update(self, text: str, session: Session) -> StatementResult:
         """UPDATE t SET c = expr [, ...] [WHERE ...] on a unique table: the current rows that match, with the
@@ -387,7 +409,7 @@ class SqlExecutor:
         where = tree.args.get("where")
         condition = f"`{DELETE_SIGN}` = 0" + (f" AND ({where.this.sql(dialect='doris')})" if where else "")
         query = parse_query(f"SELECT {select} FROM `{table.db}`.`{table.name}` WHERE {condition}")
-        frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=True)
+        frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=True, limits=self.limits)
         try:
             request = insert_request(
                 db=table.db, table=table.name, columns=names, strict=session.flag("enable_insert_strict")
@@ -427,7 +449,9 @@ class SqlExecutor:
                 f"SELECT {select}, 1 AS `{DELETE_SIGN}` FROM `{table.db}`.`{table.name}` "
                 f"WHERE `{DELETE_SIGN}` = 0 AND ({where.this.sql(dialect='doris')})"
             )
-            frame, views = run_query(self.spark, self.catalog, query, db=session.db, show_hidden=True)
+            frame, views = run_query(
+                self.spark, self.catalog, query, db=session.db, show_hidden=True, limits=self.limits
+            )
             try:
                 request = insert_request(db=table.db, table=table.name, columns=[*names, DELETE_SIGN], strict=False)
                 result = self.loads.run_frame(self.loads.prepare(request), frame)
@@ -449,7 +473,12 @@ class SqlExecutor:
     def _select(self, text: str, session: Session, limit: int | None) -> StatementResult:
         tree = parse_query(text)
         frame, views = run_query(
-            self.spark, self.catalog, tree, db=session.db, show_hidden=session.flag("show_hidden_columns")
+            self.spark,
+            self.catalog,
+            tree,
+            db=session.db,
+            show_hidden=session.flag("show_hidden_columns"),
+            limits=self.limits,
         )
         try:
             result = collect_result(frame, limit=limit if limit is not None else self.row_limit)
@@ -463,6 +492,31 @@ class SqlExecutor:
 _PARTITION = re.compile(
     r"\s*DELETE\s+FROM\s+(\S+)\s+((?:TEMPORARY\s+)?PARTITIONS?\s*(?:\(([^)]*)\)|(`?\w+`?)))", re.IGNORECASE
 )
+
+
+_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\]\s*(.*?)\s*(?:SQLSTATE|$)", re.S)
+
+
+def _sql_error(exc: Exception, text: str, guard: JobGuard) -> SqlError:
+    """A failed statement's error: the cancellation reason first, then a cap's own text, then the cause's."""
+    if guard.reason == "timeout":
+        return SqlError(f"query timeout, query id = {guard.tag}")
+    if guard.reason is not None:
+        return SqlError(guard.reason)
+    if (raised := _RAISED.search(str(exc))) is not None:
+        return SqlError(raised[1].strip())  # a growth cap (`sql.select.cap_growth`) or the query's raise_error
+    if isinstance(exc, SqlError):
+        return exc
+    if isinstance(exc, DorisError):
+        return SqlError(exc.message)
+    if isinstance(exc, LoadError):
+        return SqlError(exc.text)
+    if isinstance(exc, PySparkException):
+        return SqlError(str(exc).strip().splitlines()[0])
+    # anything unexpected still gets the FE's error shape; the trace goes to the log
+    log.exception("statement failed: %s", text[:200])
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return SqlError(f"{type(exc).__name__}: {first}")
 
 
 def _strip_code(message: str) -> str:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
-from pyspark.sql import SparkSession
 from sqlglot import exp
 
 from sql.errors import SqlError
 from tables.load_spec import ColumnMapping, LoadRequest
 
+Evaluate = Callable[[exp.Expression], "str | None"]
 
-def literal_text(node: exp.Expression, spark: SparkSession) -> str | None:
-    """A VALUES item as the text a load would carry (None for NULL); other expressions run in Spark."""
+
+def literal_text(node: exp.Expression, evaluate: Evaluate) -> str | None:
+    """A VALUES item as the text a load would carry (None for NULL); other expressions go to `evaluate`,
+    which runs them as a checked, bound query (the same rules as a SELECT)."""
     if isinstance(node, exp.Null):
         return None
     if isinstance(node, exp.Boolean):
@@ -22,15 +25,8 @@ def literal_text(node: exp.Expression, spark: SparkSession) -> str | None:
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
         return "-" + str(node.this.this)
     if isinstance(node, exp.Paren):
-        return literal_text(node.this, spark)
-    from sql.select import check_query_functions
-
-    check_query_functions(node)
-    try:
-        value = spark.sql(f"SELECT CAST(({node.sql(dialect='spark')}) AS STRING) AS v").collect()[0][0]
-    except Exception as exc:
-        raise SqlError(f"can not evaluate '{node.sql(dialect='doris')}': {str(exc).splitlines()[0]}") from None
-    return None if value is None else str(value)
+        return literal_text(node.this, evaluate)
+    return evaluate(node)
 
 
 def insert_target(tree: exp.Insert) -> tuple[exp.Table, list[str] | None]:
@@ -44,14 +40,14 @@ def insert_target(tree: exp.Insert) -> tuple[exp.Table, list[str] | None]:
     raise SqlError("INSERT target must be a table")
 
 
-def values_rows(tree: exp.Insert, spark: SparkSession) -> list[list[str | None]] | None:
+def values_rows(tree: exp.Insert, evaluate: Evaluate) -> list[list[str | None]] | None:
     source = tree.expression
     if not isinstance(source, exp.Values):
         return None
     rows: list[list[str | None]] = []
     for tup in source.expressions:
         items = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
-        rows.append([literal_text(item, spark) for item in items])
+        rows.append([literal_text(item, evaluate) for item in items])
     return rows
 
 

@@ -1,8 +1,25 @@
-"""SELECT over merged tables: each referenced table becomes a temporary view of its merged rows."""
+"""SELECT over merged tables: each referenced table becomes a temporary view of its merged rows.
+
+User SQL reaches Spark only through `run_query`, after three steps, each refusing with a `SqlError`:
+
+    check_query     a positive check: the root is a query and every node below it is a query clause, an
+                    operator, a literal or a function of `sql.functions.ALLOWED_FUNCTIONS` (so no INSERT
+                    OVERWRITE DIRECTORY, DDL, SET, CACHE, hints or commands inside a CTE, subquery or UNION)
+    bind_tables     every table reference is a CTE visible where it stands or a catalog table, replaced by a
+                    view of its merged rows; the one table function is `range` with constant, bounded arguments
+    cap_growth      calls that grow a value with a count or a product of lengths (repeat, lpad, concat, replace,
+                    array_repeat, ...) raise an error past `QueryLimits` before they allocate
+
+The tree is rendered for Spark without comments; the session runs with SQL on files and `${...}` variable
+substitution off (`spark_runner.session.BASE_CONF`).
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
@@ -10,12 +27,39 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from spark_runner.queries import merged_rows
+from spark_runner.sqltext import lit
 from sql.errors import SqlError
+from sql.functions import ALLOWED_FUNCTIONS
 from tables.catalog import Catalog
 from tables.errors import DorisError
 
-# Functions that reach into the JVM or the host: never allowed in queries.
-DENIED_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect", "input_file_name", "read_files"})
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one value or one generated relation of a query may grow to."""
+
+    max_string_bytes: int = 10 * 1024 * 1024
+    max_generated_rows: int = 10_000_000
+
+
+def _classes(*names: str) -> tuple[type[exp.Expression], ...]:
+    # sqlglot renames node classes between releases: a missing one is simply not allowed
+    return tuple(cls for n in names if isinstance(cls := getattr(exp, n, None), type))
+
+
+# Query clauses and leaves; operators (Binary, Unary, Predicate) and functions are checked by kind.
+_QUERY_NODES = _classes(
+    "Select", "Union", "Intersect", "Except", "Subquery", "With", "CTE", "From", "Join", "Where", "Group", "Having",
+    "Qualify", "Order", "Ordered", "Limit", "Offset", "Fetch", "Distinct", "Lateral", "Values", "Tuple", "Table",
+    "TableAlias", "Alias", "Aliases", "Column", "Identifier", "Star", "Literal", "Null", "Boolean", "DataType",
+    "DataTypeParam", "Interval", "IntervalSpan", "Var", "Window", "WindowSpec", "Bracket", "Cube", "Rollup",
+    "GroupingSets", "Lambda", "TableSample", "Kwarg", "RespectNulls", "IgnoreNulls", "Filter", "WithinGroup",
+    "HexString", "BitString", "ByteString", "RawString", "National", "JSONPath", "JSONPathKey", "JSONPathRoot",
+    "JSONPathSubscript", "JSONPathWildcard", "Any", "All", "Escape", "Slice", "ColumnPosition",
+)  # fmt: skip
+_OPERATORS = (exp.Binary, exp.Unary, exp.Predicate)
+
+_CALL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
 def parse_query(text: str) -> exp.Expression:
@@ -29,45 +73,292 @@ def parse_query(text: str) -> exp.Expression:
     return tree
 
 
+def spark_function_name(node: exp.Func) -> str:
+    """The name Spark resolves for this call: the call as rendered for Spark, lower-cased."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    match = _CALL.match(node.sql(dialect="spark", comments=False))
+    return match[1].lower() if match else node.sql_name().lower()
+
+
+def check_query(tree: exp.Expression) -> None:
+    """Raises: SqlError unless the tree is a query made only of query clauses, operators and allowed functions."""
+    if not isinstance(tree, exp.Query):
+        raise SqlError(f"Only a query is allowed here, not {tree.key.upper()}")
+    for node in tree.walk():
+        if isinstance(node, exp.Func):
+            if isinstance(node.parent, exp.Table) and node.arg_key == "this":
+                continue  # a table function: bind_tables decides
+            check_function(node)
+        elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
+            # `builtin.reflect(...)`, `system.session.f(...)`: qualified names reach other function namespaces
+            raise SqlError(f"function {node.sql(dialect='doris')[:80]} is not allowed")
+        elif isinstance(node, exp.With) and node.args.get("recursive"):
+            raise SqlError("WITH RECURSIVE is not supported")
+        elif not isinstance(node, _QUERY_NODES + _OPERATORS):
+            raise SqlError(f"{node.key.upper()} is not allowed in a query")
+
+
+def check_function(node: exp.Func) -> None:
+    """Raises: SqlError for a function outside the allow-list."""
+    name = spark_function_name(node)
+    if name not in ALLOWED_FUNCTIONS:
+        raise SqlError(f"function {name} is not allowed")
+
+
 def check_query_functions(tree: exp.Expression) -> None:
-    """Raises: SqlError for functions on the deny list."""
-    for node in tree.find_all(exp.Func):
-        name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
-        if name in DENIED_FUNCTIONS:
-            raise SqlError(f"function {name} is not allowed")
+    """Raises: SqlError for a node or function a query may not hold (a scalar expression's check)."""
+    check_query(exp.select(tree.copy()))
+
+
+def _visible_ctes(table: exp.Table) -> set[str]:
+    """CTE names in scope where the table stands: those of enclosing WITHs, earlier siblings only inside a CTE."""
+    names: set[str] = set()
+    child: exp.Expression = table
+    node = table.parent
+    while node is not None:
+        with_ = node.args.get("with_") or node.args.get("with")
+        if isinstance(with_, exp.With):
+            ctes = list(with_.expressions)
+            if child is with_:  # inside one of these CTEs: only the ones before it are defined there
+                ctes = ctes[: next((i for i, cte in enumerate(ctes) if _contains(cte, table)), len(ctes))]
+            names.update(cte.alias_or_name.lower() for cte in ctes)
+        child, node = node, node.parent
+    return names
+
+
+def _contains(root: exp.Expression, target: exp.Expression) -> bool:
+    return any(n is target for n in root.walk())
+
+
+def _int_literal(node: exp.Expression | None) -> int | None:
+    if isinstance(node, exp.Neg):
+        inner = _int_literal(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"\d+", node.name):
+        return int(node.name)
+    return None
+
+
+def range_size(args: list[exp.Expression]) -> int:
+    """Rows of `range(end)`, `range(start, end[, step[, partitions]])` with integer literals.
+
+    Raises:
+        SqlError: a non-constant argument.
+    """
+    values = [_int_literal(a) for a in args]
+    if not 1 <= len(values) <= 4 or any(v is None for v in values):
+        raise SqlError("table function range takes 1 to 4 integer constants")
+    ints = [v for v in values if v is not None]
+    start, end, step = (0, ints[0], 1) if len(ints) == 1 else (ints[0], ints[1], ints[2] if len(ints) > 2 else 1)
+    if len(ints) == 4 and not 1 <= ints[3] <= 64:
+        raise SqlError("table function range takes at most 64 partitions")
+    if step == 0:
+        raise SqlError("table function range needs a non-zero step")
+    return max(0, -(-(end - start) // step))
+
+
+def _check_table_function(table: exp.Table, limits: QueryLimits) -> None:
+    func = table.this
+    name = spark_function_name(func) if isinstance(func, exp.Func) else func.key
+    if name != "range" or not isinstance(func, exp.Anonymous):
+        raise SqlError(f"table function {name} is not allowed")
+    if range_size(list(func.expressions)) > limits.max_generated_rows:
+        raise SqlError(
+            f"table function range produces more than {limits.max_generated_rows} rows (SL_SQL_MAX_GENERATED_ROWS)"
+        )
+
+
+def _catalog_table(table: exp.Table) -> tuple[str | None, str]:
+    """(database, table) of a plain reference; Doris's own catalog is `internal`."""
+    catalog = table.args.get("catalog")
+    if catalog is not None and catalog.name.lower() != "internal":
+        raise SqlError(f"Unknown catalog '{catalog.name}'")
+    if not isinstance(table.this, exp.Identifier):
+        raise SqlError(f"table reference {table.sql(dialect='doris')[:80]} is not allowed")
+    return (table.text("db") or None), table.name
 
 
 def bind_tables(
-    spark: SparkSession, catalog: Catalog, tree: exp.Expression, *, db: str, show_hidden: bool
+    spark: SparkSession,
+    catalog: Catalog,
+    tree: exp.Expression,
+    *,
+    db: str,
+    show_hidden: bool,
+    limits: QueryLimits | None = None,
 ) -> tuple[exp.Expression, list[str]]:
-    """Replace every table reference by a view of its merged rows; returns the new tree and the views."""
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    views: list[str] = []
+    """Replace every table reference by a view of its merged rows; returns the new tree and the views.
+
+    Raises:
+        SqlError: a reference that is neither a visible CTE nor a catalog table, or a refused table function.
+    """
+    limits = limits or QueryLimits()
     tree = tree.copy()
-    for table in list(tree.find_all(exp.Table)):
-        if not table.name or (not table.db and table.name.lower() in ctes):
-            continue
-        table_db = table.db or db
-        try:
-            handle = catalog.load(table_db, table.name)
-        except DorisError as exc:
-            raise SqlError(exc.message) from None
-        view = f"__v_{uuid.uuid4().hex}"
-        merged_rows(spark, handle, show_hidden=show_hidden).createOrReplaceTempView(view)
-        views.append(view)
-        alias = table.alias or table.name
-        table.replace(exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    views: list[str] = []
+    try:
+        for table in list(tree.find_all(exp.Table)):
+            if not isinstance(table.this, exp.Identifier):
+                _check_table_function(table, limits)
+                continue
+            table_db, name = _catalog_table(table)
+            if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
+                continue
+            try:
+                handle = catalog.load(table_db or db, name)
+            except DorisError as exc:
+                raise SqlError(exc.message) from None
+            view = f"__v_{uuid.uuid4().hex}"
+            merged_rows(spark, handle, show_hidden=show_hidden).createOrReplaceTempView(view)
+            views.append(view)
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+            table.set("this", exp.to_identifier(view))
+            table.set("db", None)
+            table.set("catalog", None)
+    except Exception:
+        drop_views(spark, views)
+        raise
     return tree, views
 
 
+# -- growth caps ------------------------------------------------------------------------------------------------
+# Each entry: the bound of the call's result from its arguments (`a0`, `a1`, ... in Spark SQL) and which
+# limit it is held to. The call is rewritten so its arguments are evaluated once, the bound compared, and the
+# function called only within the limit.
+_LEN = "CAST(length({}) AS BIGINT)"
+_GROWTH: dict[str, tuple[Callable[[list[str]], str], str]] = {
+    "repeat": (lambda a: f"{_LEN.format(a[0])} * CAST({a[1]} AS BIGINT)", "bytes"),
+    "space": (lambda a: f"CAST({a[0]} AS BIGINT)", "bytes"),
+    "lpad": (lambda a: f"CAST({a[1]} AS BIGINT)", "bytes"),
+    "rpad": (lambda a: f"CAST({a[1]} AS BIGINT)", "bytes"),
+    "randstr": (lambda a: f"CAST({a[0]} AS BIGINT)", "bytes"),
+    "concat": (lambda a: " + ".join(f"coalesce({_LEN.format(x)}, 0)" for x in a) or "0", "bytes"),
+    "concat_ws": (
+        lambda a: " + ".join(f"coalesce({_LEN.format(x)}, 0)" for x in a[1:]) + f" + {_LEN.format(a[0])} * {len(a)}",
+        "bytes",
+    ),
+    "replace": (lambda a: f"{_LEN.format(a[0])} * greatest({_LEN.format(a[2])}, 1)" if len(a) > 2 else "0", "bytes"),
+    "regexp_replace": (lambda a: f"{_LEN.format(a[0])} * greatest({_LEN.format(a[2])}, 1)", "bytes"),
+    "overlay": (lambda a: " + ".join(f"coalesce({_LEN.format(x)}, 0)" for x in a[:2]), "bytes"),
+    "array_join": (
+        lambda a: (
+            f"aggregate({a[0]}, CAST(0 AS BIGINT), (acc, x) -> acc + coalesce(length(x), 0) + {_LEN.format(a[1])})"
+        ),
+        "bytes",
+    ),
+    "array_repeat": (lambda a: f"CAST({a[1]} AS BIGINT)", "rows"),
+    "array_insert": (lambda a: f"abs(CAST({a[1]} AS BIGINT))", "rows"),
+}
+_FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?[-#+ 0,(<]*(\d+)?(?:\.(\d+))?")
+
+
+def _arguments(node: exp.Func) -> list[exp.Expression]:
+    """The call's arguments in Spark's positional order (sqlglot keeps them in `arg_types` order)."""
+    out: list[exp.Expression] = []
+    for key in node.arg_types:
+        value = node.args.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, exp.Expression):
+                out.append(item)
+    return out
+
+
+def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expression:
+    bound, kind = _GROWTH[name]
+    args = [a.sql(dialect="spark", comments=False) for a in _arguments(node)]
+    if not args:
+        return node
+    limit = limits.max_string_bytes if kind == "bytes" else limits.max_generated_rows
+    setting = "SL_SQL_MAX_STRING_BYTES" if kind == "bytes" else "SL_SQL_MAX_GENERATED_ROWS"
+    refs = [f"__g.a{i}" for i in range(len(args))]
+    call = node.copy()  # the same call on the struct's fields, rendered as sqlglot renders the original
+    for i, arg in enumerate(_arguments(call)):
+        arg.replace(exp.column(f"a{i}", table="__g"))
+    fields = ", ".join(f"'a{i}', {arg}" for i, arg in enumerate(args))
+    message = lit(f"{name} would produce more than {limit} {'bytes' if kind == 'bytes' else 'elements'} ({setting})")
+    text = (
+        f"element_at(transform(array(named_struct({fields})), __g -> CASE WHEN ({bound(refs)}) > {limit} "
+        f"THEN raise_error({message}) ELSE {call.sql(dialect='spark', comments=False)} END), 1)"
+    )
+    return sqlglot.parse_one(text, dialect="spark")
+
+
+def _check_static_growth(node: exp.Func, name: str, limits: QueryLimits) -> None:
+    """Raises: SqlError for `sequence` and `format_string` calls whose size is not a checked constant."""
+    args = _arguments(node)
+    if name == "sequence":
+        ints = [_int_literal(a) for a in args]
+        if any(v is None for v in ints) or len(ints) not in (2, 3):
+            raise SqlError("sequence takes integer constants here (start, stop[, step])")
+        start, stop, step = ints[0] or 0, ints[1] or 0, (ints[2] if len(ints) == 3 else 1) or 0
+        if step == 0 or (stop - start) // step + 1 > limits.max_generated_rows:
+            raise SqlError(
+                f"sequence would produce more than {limits.max_generated_rows} elements (SL_SQL_MAX_GENERATED_ROWS)"
+            )
+    elif name in ("format_string", "printf"):
+        fmt = args[0] if args else None
+        if not isinstance(fmt, exp.Literal) or not fmt.is_string:
+            raise SqlError(f"{name} takes a constant format here")
+        for match in _FORMAT_WIDTH.finditer(fmt.name):
+            if any(g and int(g) > limits.max_string_bytes for g in match.groups()):
+                raise SqlError(
+                    f"{name} would produce more than {limits.max_string_bytes} bytes (SL_SQL_MAX_STRING_BYTES)"
+                )
+
+
+def cap_growth(tree: exp.Expression, limits: QueryLimits) -> exp.Expression:
+    """The tree with every growing call bounded (innermost first, so a nested call sees its capped inputs).
+
+    Raises:
+        SqlError: a `sequence` or `format_string` whose size cannot be checked or is over the limit.
+    """
+
+    for node in reversed(list(tree.walk(bfs=True))):  # deepest first
+        if not isinstance(node, exp.Func) or isinstance(node.parent, exp.Table):
+            continue
+        name = spark_function_name(node)
+        if name in ("sequence", "format_string", "printf"):
+            _check_static_growth(node, name, limits)
+        if isinstance(node, exp.Space):  # rendered as repeat(' ', n): its one argument is the count
+            name = "space"
+        if name in _GROWTH and not isinstance(node, exp.ArrayConcat):  # arrays: sizes add, each already capped
+            capped = _capped(node, name, limits)
+            if node is tree:
+                return capped
+            node.replace(capped)
+    return tree
+
+
+def query_sql(tree: exp.Expression) -> str:
+    """The Spark SQL text of a checked, bound tree (comments dropped: they are never passed on)."""
+    return tree.sql(dialect="spark", comments=False)
+
+
 def run_query(
-    spark: SparkSession, catalog: Catalog, tree: exp.Expression, *, db: str, show_hidden: bool
+    spark: SparkSession,
+    catalog: Catalog,
+    tree: exp.Expression,
+    *,
+    db: str,
+    show_hidden: bool,
+    limits: QueryLimits | None = None,
 ) -> tuple[DataFrame, list[str]]:
-    """The query as a Spark DataFrame over merged views (drop the views once collected)."""
-    check_query_functions(tree)
-    bound, views = bind_tables(spark, catalog, tree, db=db, show_hidden=show_hidden)
+    """The query as a Spark DataFrame over merged views (drop the views once collected).
+
+    Raises:
+        SqlError: the query holds a refused node, function or table reference.
+    """
+    limits = limits or QueryLimits()
+    check_query(tree)
+    bound, views = bind_tables(spark, catalog, tree, db=db, show_hidden=show_hidden, limits=limits)
     try:
-        return spark.sql(bound.sql(dialect="spark")), views
+        plain = query_sql(bound)
+        capped = query_sql(cap_growth(bound, limits))
+        frame = spark.sql(capped)
+        if capped != plain:  # keep the column names the caller wrote (analysis only: nothing runs)
+            frame = frame.toDF(*spark.sql(plain).columns)
+        return frame, views
     except Exception:
         drop_views(spark, views)
         raise

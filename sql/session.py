@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sql.errors import SqlError
 
@@ -13,13 +14,21 @@ _DEFAULTS: dict[str, str] = {
     "partial_update_new_key_behavior": "APPEND",
     "require_sequence_in_insert": "true",
     "time_zone": "Asia/Shanghai",
+    "query_timeout": "900",  # seconds, as Doris's session variables
+    "insert_timeout": "14400",
 }
+
+
+class Cancellable(Protocol):
+    def cancel(self, reason: str) -> None: ...
 
 
 @dataclass
 class Session:
     db: str
     variables: dict[str, str] = field(default_factory=lambda: dict(_DEFAULTS))
+    running: Cancellable | None = None  # the statement in progress, for `interrupt`
+    interrupted: str | None = None  # why the client's statements stop (it went away)
 
     def set(self, name: str, value: str) -> None:
         """Set a variable; `default` restores its default.
@@ -40,7 +49,25 @@ class Session:
                     f"partial_update_new_key_behavior should be one of {{'APPEND', 'ERROR'}}, but found {value}"
                 )
             value = value.upper()
+        if key in ("query_timeout", "insert_timeout") and not (value.isdigit() and int(value) > 0):
+            raise SqlError(f"Incorrect argument type to variable '{key}'")
         self.variables[key] = value
+
+    def timeout_seconds(self, name: str) -> int:
+        """`query_timeout` or `insert_timeout`: seconds a statement's Spark jobs may run (`SET ... = n`)."""
+        return int(self.variables.get(name) or _DEFAULTS[name])
+
+    def interrupt(self, reason: str) -> None:
+        """Stop the statement in progress and refuse the ones after it."""
+        self.interrupted = reason
+        if self.running is not None:
+            self.running.cancel(reason)
 
     def flag(self, name: str) -> bool:
         return self.variables.get(name, "false").lower() in ("true", "1", "on")
+
+
+def check_statement_count(count: int, cap: int) -> None:
+    """Raises: SqlError when one request carries more statements than SL_SQL_MAX_STATEMENTS (nothing runs)."""
+    if count > cap:
+        raise SqlError(f"Too many statements in one request: {count}, at most {cap} (SL_SQL_MAX_STATEMENTS)")
