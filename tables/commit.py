@@ -30,7 +30,7 @@ from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
 
-from tables.catalog import VERSION_PROPERTY, Catalog, TableHandle
+from tables.catalog import VERSION_PROPERTY, BrokenTable, Catalog, TableHandle
 from tables.errors import (
     DatabaseNotFound,
     DorisError,
@@ -438,19 +438,23 @@ class TableWriter:
         Raises:
             DorisError: a COMMITTED transaction without `force` (Doris's text), unknown table or database.
         """
+        identity: str | None
         try:
             handle = self._catalog.load(db, table)
+            name, identity = handle.definition.name, table_identity(handle)
         except TableNotFound:
             if if_exists:
                 return
             raise
-        name, identity = handle.definition.name, table_identity(handle)
+        except BrokenTable as exc:  # unreadable metadata: its transactions are found by name, and it still drops
+            name, identity = exc.table, None
         unfinished = self._txns.unfinished(db, table=name, table_uuid=identity)
         if not force and any(t.state == COMMITTED for t in unfinished):
             raise DorisError(_committed_refusal(f"table [{name}]", "DROP table FORCE"))
-        self._abort_unfinished(unfinished, TableDropped(identity).message, force=force)
+        self._abort_unfinished(unfinished, TableDropped(identity or f"{db}.{name}").message, force=force)
         self._catalog.drop_table(db, name)
-        self._forget(identity)
+        if identity is not None:
+            self._forget(identity)
 
     def drop_database(self, db: str, *, if_exists: bool = False, force: bool = False) -> None:
         """DROP DATABASE: the same rule as `drop_table`, for every transaction of the database.

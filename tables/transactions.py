@@ -184,10 +184,13 @@ class TransactionStore:
         """Transactions of a database (or of one table) not yet VISIBLE or ABORTED.
 
         A table's are those planned against its uuid, plus those that recorded none (begun before uuids
-        were recorded, or a group-commit group) under its name."""
+        were recorded, or a group-commit group) under its name; without a uuid, every one under its name."""
         sql = "SELECT * FROM txns WHERE db = ? AND state IN (?, ?, ?)"
         args: list[object] = [db, PREPARE, PRECOMMITTED, COMMITTED]
-        if table is not None:
+        if table is not None and table_uuid is None:  # identity unknown (an unreadable table): all by name
+            sql += " AND tbl = ?"
+            args += [table]
+        elif table is not None:
             sql += " AND (table_uuid = ? OR (table_uuid IS NULL AND tbl = ?))"
             args += [table_uuid, table]
         with self._lock:
