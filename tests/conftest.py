@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -13,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DorisClient
+from tests.helpers import DorisClient, serving
 
 # the documents the project comes from, copied into the repo (tests/data/README.md says where from)
 DATA = Path(__file__).resolve().parent / "data"
@@ -68,27 +65,8 @@ def served_app(spark, server_settings):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def base_url(served_app, server_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A real uvicorn serving the app on 127.0.0.1:<free port>, sharing the test run's SparkSession."""
-    import uvicorn
-
-    from app.connections import server_config
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = server_config(served_app, server_settings, log_level="warning")
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("test server did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(served_app, settings=server_settings) as (url,):
+        yield url
 
 
 @pytest.fixture(scope="session")

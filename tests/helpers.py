@@ -1,8 +1,14 @@
-"""Helpers every HTTP test uses: SQL over HTTP, stream loads, and the Doris reply assertion."""
+"""Helpers every HTTP test uses: a real server in a thread, SQL over HTTP, stream loads, and the Doris reply
+assertion."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -109,3 +115,37 @@ def curl_stream_load(
     cmd += ["-T", path if path is not None else "-", url]
     out = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def loopback_socket() -> socket.socket:
+    """A listening-ready socket on 127.0.0.1 and a free port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextmanager
+def serving(app: Any, *sockets: socket.socket, settings: Any = None) -> Iterator[list[str]]:
+    """A real uvicorn serving `app` in a daemon thread, with the server's connection bounds (of `settings`, or
+    the defaults), on the given sockets (one new loopback socket when none); yields their base URLs."""
+    import uvicorn
+
+    from app.connections import server_config
+    from app.settings import Settings
+
+    socks = list(sockets) or [loopback_socket()]
+    server = uvicorn.Server(server_config(app, settings or Settings(), log_level="warning"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": socks}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.05)
+    try:
+        yield [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in socks]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -14,7 +14,6 @@ import gzip
 import http.client
 import io
 import socket
-import threading
 import time
 import uuid
 import zlib
@@ -30,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.helpers import AUTH, DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result, serving
 
 CSV = {"column_separator": ","}
 QUALITY = "[DATA_QUALITY_ERROR]too many filtered rows"
@@ -591,8 +590,6 @@ JSON_LIMIT = 64
 @pytest.fixture(scope="module")
 def small_limit(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seeded]]:
     """A second server on the test run's SparkSession whose body limit (streaming_load_max_mb) is 256 bytes."""
-    import uvicorn
-
     from app.main import create_app
     from app.settings import Settings
 
@@ -603,20 +600,8 @@ def small_limit(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         max_body_bytes=LIMIT,
         max_json_body_bytes=JSON_LIMIT,
     )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, spark=spark), log_level="warning"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "second server did not start"
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    yield url, Seeded(DorisClient(url))
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(settings, spark=spark), settings=settings) as (url,):
+        yield url, Seeded(DorisClient(url))
 
 
 OVER = b"".join(b"%d,v,%d,2024-01-01\n" % (i, i) for i in range(1, 40))

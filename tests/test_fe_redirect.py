@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,37 +9,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import DorisClient, assert_doris_result, curl_stream_load
-
-
-def _socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    return sock
+from tests.helpers import DorisClient, assert_doris_result, curl_stream_load, loopback_socket, serving
 
 
 @pytest.fixture(scope="module")
 def fe_be(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:  # type: ignore[no-untyped-def]
     """A server in front-end mode: one app on two loopback sockets (FE, BE)."""
-    import uvicorn
-
     from app.main import create_app
     from app.settings import Settings
 
-    fe, be = _socket(), _socket()
+    fe, be = loopback_socket(), loopback_socket()
     be_port = be.getsockname()[1]
     settings = Settings(data_dir=tmp_path_factory.mktemp("fe-data"), fe_redirect=True, be_port=be_port, mysql_port=0)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, spark=spark), log_level="warning"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [fe, be]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "front-end server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{fe.getsockname()[1]}", f"http://127.0.0.1:{be_port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(settings, spark=spark), fe, be, settings=settings) as (fe_url, be_url):
+        yield fe_url, be_url
 
 
 @pytest.fixture

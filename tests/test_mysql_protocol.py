@@ -297,5 +297,14 @@ def test_password_is_the_http_password() -> None:
             pymysql.connect(host="127.0.0.1", port=port, user="root", password="")
         assert err.value.args == (1045, "Access denied for user 'root' (using password: NO)")
     finally:
-        loop.call_soon_threadsafe(server.close)
+
+        async def shutdown() -> None:
+            # connection handlers end on the running loop, not when it is garbage-collected later
+            server.close()
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=30)
         loop.call_soon_threadsafe(loop.stop)

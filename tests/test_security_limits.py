@@ -13,7 +13,6 @@ import gzip
 import json
 import re
 import socket
-import threading
 import time
 import uuid
 import zlib
@@ -27,7 +26,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from tests.helpers import AUTH, DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result, serving
 
 CSV = {"column_separator": ","}
 TABLE = "CREATE TABLE {name} (k INT NOT NULL, v STRING) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
@@ -38,25 +37,6 @@ LINE_LIMIT = 1 * MIB
 STRING_LIMIT = 4 * KIB
 LOG_LINE = 512
 EXPRESSION = "SL_MAX_EXPRESSION_BYTES"
-
-
-def serve(app: Any) -> Iterator[str]:
-    """A uvicorn on a free loopback port in a daemon thread (as tests/conftest.py serves the main app)."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "tight server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +64,7 @@ def tight_app(spark, tight_dir: Path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def tight(tight_app) -> Iterator[DorisClient]:  # type: ignore[no-untyped-def]
-    for url in serve(tight_app):
+    with serving(tight_app) as (url,):
         yield DorisClient(url)
 
 

@@ -5,8 +5,6 @@ timeout, and a precommitted transaction that outlives a server kill."""
 from __future__ import annotations
 
 import re
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import AUTH, DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result, serving
 
 DDL = "CREATE TABLE t (k INT NOT NULL, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2"
 # the Flink connector's pattern for the transaction behind a used label
@@ -179,25 +177,13 @@ def test_flink_label_probe_with_empty_body(doris: DorisClient, db: str) -> None:
 @pytest.fixture
 def short_timeout_server(spark, tmp_path: Path) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
     """A second in-process server (same SparkSession) whose precommit timeout is one second."""
-    import uvicorn
-
     from app.main import create_app
     from app.settings import Settings
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    settings = Settings(data_dir=tmp_path / "data", precommit_timeout_seconds=1.0)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, spark=spark), log_level="warning"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=AUTH, timeout=60) as client:
-        yield client
-    server.should_exit = True
-    thread.join(timeout=30)
+    settings = Settings(data_dir=tmp_path / "data", precommit_timeout_seconds=1.0, mysql_port=0)
+    with serving(create_app(settings, spark=spark), settings=settings) as (url,):
+        with httpx.Client(base_url=url, auth=AUTH, timeout=60) as client:
+            yield client
 
 
 def test_precommitted_transaction_times_out_and_aborts(short_timeout_server: httpx.Client) -> None:
