@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,6 +17,9 @@ from app.auth import fe_auth_failure
 from app.deps import ServicesDep
 from app.openapi import QueryReply, query_operation, reply
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
+from app.settings import Settings
+from loaders.errors import BadRequest, LoadTimeout
+from loaders.staging import timed_chunks
 from sql.errors import SqlError
 from sql.results import ResultSet, StatementResult
 from sql.session import Session
@@ -33,7 +38,11 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
     try:
-        body: Any = await request.json()
+        raw = await read_body(request, services.settings)
+    except (BadRequest, LoadTimeout) as exc:
+        return fe_bad_request(exc.text)
+    try:
+        body: Any = json.loads(raw)
     except ValueError:
         body = None
     stmt = body.get("stmt") if isinstance(body, dict) else None
@@ -61,6 +70,34 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
             "time": result.time_ms,
         }
     return fe_json(data)
+
+
+async def read_body(request: Request, settings: Settings) -> bytes:
+    """The request body, at most `SL_SQL_MAX_BODY_BYTES` (Doris's jetty_server_max_http_post_size), arriving
+    within the body timeouts: a client cannot make the server hold an unbounded statement in memory.
+
+    Raises:
+        BadRequest: the body is larger than the limit (from its Content-Length, or as it arrives).
+        LoadTimeout: the body stalled or trickled past its deadline.
+    """
+    cap = settings.sql_max_body_bytes
+    too_large = BadRequest(f"request body is larger than {cap} bytes (SL_SQL_MAX_BODY_BYTES)")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > cap:
+        raise too_large
+    deadline = time.monotonic() + settings.body_total_timeout_seconds
+    chunks = timed_chunks(
+        request.stream(),
+        idle_seconds=settings.body_idle_timeout_seconds,
+        deadline=deadline,
+        deadline_text=f"request body not received within {settings.body_total_timeout_seconds:g} s",
+    )
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > cap:
+            raise too_large
+    return bytes(body)
 
 
 # how often a running request looks whether its client is still connected

@@ -158,6 +158,11 @@ class Settings(BaseSettings):
         description="Group commit: wait before the first replay of a failed async load; doubles per failure, "
         "at most 300 s (Doris: 5).",
     )
+    sql_max_body_bytes: int = Field(
+        100 * 1024 * 1024,
+        ge=1024,
+        description="Largest body of an HTTP SQL request (Doris's jetty_server_max_http_post_size, 100 MB).",
+    )
     sql_max_statements: int = Field(100, description="Most `;`-separated statements in one SQL request.")
     sql_max_string_bytes: int = Field(
         10 * 1024 * 1024, description="Largest value a string-growing SQL function (repeat, lpad, concat...) may make."

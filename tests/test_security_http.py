@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -161,3 +163,32 @@ def test_odd_requests_get_a_doris_shaped_answer_never_a_500(
     assert resp.status_code < 500, (resp.status_code, resp.text)
     body = resp.json()
     assert ("Status" in body and "Message" in body) or ("msg" in body) or ("status" in body), body
+
+
+def test_a_sql_body_over_the_limit_is_refused_from_its_length_or_as_it_arrives(
+    base_url: str, table: tuple[str, str]
+) -> None:
+    from app.settings import Settings
+
+    db, _ = table
+    cap = Settings().sql_max_body_bytes
+    url = f"{base_url}/api/query/default_cluster/{db}"
+    # a Content-Length over the limit: refused from the header, the body never read
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            f"POST /api/query/default_cluster/{db} HTTP/1.1\r\nHost: x\r\nAuthorization: Basic cm9vdDo=\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {cap + 1}\r\n\r\n".encode()
+        )
+        reply = sock.recv(65536).decode()
+    assert "SL_SQL_MAX_BODY_BYTES" in reply and '"code": 403' in reply, reply
+
+    def chunks() -> Iterator[bytes]:  # chunked: no length to refuse from, so it is counted as it arrives
+        yield b'{"stmt": "SELECT 1", "pad": "'
+        for _ in range(cap // (1 << 20) + 1):
+            yield b"x" * (1 << 20)
+        yield b'"}'
+
+    body = httpx.post(url, content=chunks(), auth=("root", ""), timeout=120).json()
+    assert body["code"] == 403 and "SL_SQL_MAX_BODY_BYTES" in body["data"], body
+    assert httpx.post(url, json={"stmt": "SELECT 1"}, auth=("root", ""), timeout=30).json()["code"] == 0
