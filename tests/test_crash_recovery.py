@@ -64,9 +64,16 @@ def _check_after_restart(server: ServerProcess, rounds_done: int) -> None:
         for point in ("staging", "job", "before_commit"):
             assert server.label_state(DB, f"{point}_{r}") in ("ABORTED", "UNKNOWN")
     assert _rows(server, "t_after_commit") == [[r, "after_commit"] for r in range(1, rounds_done + 1)]
+    # where each table lives: the server names its directories, the catalog knows them
+    from tables.catalog import Catalog
+
+    catalog = Catalog(uri=f"sqlite:///{server.data_dir / 'catalog.db'}", warehouse=server.data_dir / "warehouse")
+    locations = catalog.table_locations()
     for point in ("staging", "job", "before_commit"):
         assert _rows(server, f"t_{point}") == []
-        files = list((server.data_dir / "warehouse").rglob(f"{DB}.db/t_{point}/data/*/*.parquet"))
+        location = locations[(DB, f"t_{point}")]
+        assert location.is_dir(), location
+        files = list(location.rglob("data/*/*.parquet"))
         assert files == [], f"a failed load left files behind: {files}"
 
 
