@@ -39,7 +39,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loaders.errors import DataQualityError, LoadError
+from loaders.errors import DataQualityError, LoadError, LoadTimeout
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     LINE,
@@ -54,7 +54,7 @@ from spark_runner.load_job import (
     run_load_job,
 )
 from spark_runner.planning import plan_load
-from spark_runner.service import LoadService, PreparedLoad, write_partitions
+from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, write_partitions
 from tables.commit import check_schema, table_identity
 from tables.errors import DatabaseNotFound, DorisError, TableDropped, TableNotFound, TxnAborted
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
@@ -121,13 +121,49 @@ class _Worker:
                     batch.append(self.items.get(timeout=remaining))
                 except queue.Empty:
                     break
-            try:
-                self.owner.commit_group(batch)
-            except Exception as exc:  # a bug: every member still gets a Doris-shaped Fail
-                log.exception("group commit failed")
-                for member in batch:
-                    if not member.future.done():
-                        member.future.set_exception(exc)
+            run = _GroupRun()
+            thread = threading.Thread(
+                target=self._commit, args=(batch, run), name=f"{self.thread.name}-job", daemon=True
+            )
+            thread.start()
+            if not run.done.wait(group_wait(batch)):
+                self.owner.abandon_group(batch, run)
+
+    def _commit(self, batch: list[_Member], run: _GroupRun) -> None:
+        """One group, on a thread of its own: the worker waits for it only until the group's deadline."""
+        try:
+            self.owner.commit_group(batch, run)
+        except Exception as exc:  # a bug: every member still gets a Doris-shaped Fail
+            log.exception("group commit failed")
+            for member in batch:
+                if not member.future.done():
+                    member.future.set_exception(exc)
+        finally:
+            run.done.set()
+
+
+@dataclass
+class _GroupRun:
+    """What the worker and the group's own thread share: the group's transaction, and who answers its members
+    (the group itself, or the worker that abandoned it at its deadline), decided under `lock`."""
+
+    group_txn: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    answered: bool = False
+    abandoned: bool = False
+
+
+def group_timeout(batch: list[_Member]) -> int:
+    """The group's `timeout`: the smallest of its members' (a group cannot outlive any member's deadline)."""
+    return min(m.prepared.request.timeout_s for m in batch)
+
+
+def group_wait(batch: list[_Member]) -> float:
+    """How long the worker waits for a group: until its first member's deadline passes, plus a grace."""
+    now = time.monotonic()
+    left = min(m.prepared.request.timeout_s - (now - m.prepared.started) for m in batch)
+    return max(left, 0.0) + ABANDON_GRACE_S
 
 
 class GroupCommitter:
@@ -289,12 +325,15 @@ class GroupCommitter:
             log.exception("replay of async load %d failed", prepared.txn_id)
 
     # -- one group --------------------------------------------------------------------------
-    def commit_group(self, batch: list[_Member]) -> None:
-        """One job and one commit for the whole batch; every member's future gets its own result."""
+    def commit_group(self, batch: list[_Member], run: _GroupRun | None = None) -> None:
+        """One job and one commit for the whole batch; every member's future gets its own result (unless the
+        worker abandoned the group at its deadline: then the worker has answered them)."""
+        run = run or _GroupRun()
         first = batch[0].prepared
         req = first.request
         group_label = f"group_commit_{uuid.uuid4().hex}"
         group_txn = self.loads.txns.begin(req.db, first.plan.table.name, group_label)
+        run.group_txn = group_txn
         directory = self.group_dir / f"group_{group_txn}"
         directory.mkdir()
         for index, member in enumerate(batch):
@@ -311,6 +350,7 @@ class GroupCommitter:
             with self.loads.writer.write(
                 req.db, first.plan.table.name, txn_id=group_txn, label=group_label, planned=first.plan.table
             ) as rowset:
+                self.loads.writer.pauses.hit("job", first.plan.table.name)
                 check_schema(rowset.handle, first.plan.table)
                 failed |= self._refuse_stale(batch, rowset.table_uuid)
                 schema = rowset.handle.iceberg.schema()
@@ -359,6 +399,17 @@ class GroupCommitter:
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         commit_ms = int((time.monotonic() - started) * 1000)
+        with run.lock:
+            if run.abandoned:  # past its deadline: the worker aborted the group and answered its members
+                log.warning(
+                    "abandoned group commit of %d loads into %s.%s ended after %d ms",
+                    len(batch),
+                    req.db,
+                    req.table,
+                    commit_ms,
+                )
+                return
+            run.answered = True
         log.info("group commit of %d loads into %s.%s took %d ms", len(batch), req.db, req.table, commit_ms)
         for i, member in enumerate(batch):
             if i in retry:
@@ -368,6 +419,35 @@ class GroupCommitter:
             self._drop_wal(member.prepared.txn_id)
             member.path.unlink(missing_ok=True)
             member.future.set_result(result)
+
+    def abandon_group(self, batch: list[_Member], run: _GroupRun) -> None:
+        """The group outlived its deadline (a Spark call that never returns): abort its transaction, which gives
+        its version turn to the next load of the table, and answer its members; its thread is left to end.
+
+        Sync members fail with `[TIMEOUT]` and leave nothing; acknowledged async members keep their WAL entry and
+        are replayed, as after any failure that is not their data's. A group that committed (or failed) just
+        before keeps its own outcome.
+        """
+        reason = f"load timed out after {group_timeout(batch)} s (timeout header)"
+        with run.lock:
+            abandoned = (
+                not run.answered and run.group_txn is not None and self.loads.writer.abandon(run.group_txn, reason)
+            )
+            run.abandoned = abandoned
+        if not abandoned:
+            run.done.wait()  # its own outcome stands: it is answering its members now
+            return
+        log.warning("group commit of %d loads abandoned at its deadline; its job is still running", len(batch))
+        error = LoadTimeout(reason)
+        for member in batch:
+            if member.future.done():
+                continue
+            if member.acknowledged:
+                self._retry_later(member, error)
+                continue
+            self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=reason)
+            member.path.unlink(missing_ok=True)
+            member.future.set_result(self._result(member, error=error))
 
     def _refuse_stale(self, batch: list[_Member], table_uuid: str) -> dict[int, LoadResult]:
         """Members that can no longer commit fail alone, before the job: aborted meanwhile (their table was

@@ -62,11 +62,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp / "data", tmp / "server.log")
     proc.start(
         SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "512m"}),
-        SL_PAUSE_AT="job:stuck:once",
+        SL_PAUSE_AT="job:stuck:once,job:gstuck:once",
     )
     proc.sql("x", f"CREATE DATABASE {DB}")
     for name in ("stuck", "survivor"):
         proc.sql(DB, DDL.format(name=name))
+    proc.sql(DB, DDL.format(name="gstuck") + ' PROPERTIES ("group_commit_mode" = "sync_mode")')
     yield proc
     proc.kill()
 
@@ -85,6 +86,29 @@ def backend_alive(server: ServerProcess) -> bool:
 def listed_backends(server: ServerProcess, **params: str) -> list[bool]:
     reply = httpx.get(f"{server.base_url}/api/backends", params=params, auth=("root", ""), timeout=10).json()
     return [b["is_alive"] for b in reply["data"]["backends"]]
+
+
+def test_group_commit_stuck_past_its_timeout_fails_and_the_next_group_of_its_table_commits(
+    server: ServerProcess,
+) -> None:
+    replies: dict[str, Any] = {}
+
+    def stuck_load() -> None:  # the group's job pauses forever: a Spark call that never returns
+        started = time.monotonic()
+        replies["stuck"] = server.load(DB, "gstuck", b"1,stuck\n", label="g_stuck", timeout="2")
+        replies["stuck_s"] = time.monotonic() - started
+
+    thread = threading.Thread(target=stuck_load, daemon=True)
+    thread.start()
+    server.wait_for_log(["paused at job (table gstuck)"])
+    thread.join(timeout=30)
+    assert replies["stuck"]["Status"] == "Fail" and "[TIMEOUT]load timed out after 2 s" in replies["stuck"]["Message"]
+    assert replies["stuck_s"] < 10
+    assert server.label_state(DB, "g_stuck") == "ABORTED"
+    # the abandoned group gave up its version turn: the next group of the table commits
+    nxt = server.load(DB, "gstuck", b"2,next\n", label="g_next")
+    assert nxt["Status"] == "Success" and nxt["NumberLoadedRows"] == 1, nxt
+    assert server.sql(DB, "SELECT k, v FROM gstuck ORDER BY k")["data"] == [[2, "next"]]
 
 
 def test_load_stuck_past_its_timeout_fails_and_the_next_load_of_its_table_commits(server: ServerProcess) -> None:
