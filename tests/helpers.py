@@ -7,6 +7,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -149,3 +150,27 @@ def serving(app: Any, *sockets: socket.socket, settings: Any = None) -> Iterator
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+class SeededTables:
+    """One fresh database; each group of cases gets a table (made from `ddl`) holding one good row, so a case
+    can check the table is unchanged after a refused load."""
+
+    def __init__(self, doris: DorisClient, *, ddl: str, good_line: str, headers: dict[str, str]) -> None:
+        self.doris = doris
+        self.ddl = ddl
+        self.good_line = good_line
+        self.headers = headers
+        self.db = f"db_{uuid.uuid4().hex[:12]}"
+        doris.sql(self.db, f"CREATE DATABASE {self.db}")
+        self.tables: set[str] = set()
+
+    def table(self, name: str) -> str:
+        if name not in self.tables:
+            self.doris.sql(self.db, self.ddl.format(name=name))
+            assert_doris_result(self.doris.stream_load(self.db, name, self.good_line, headers=self.headers), loaded=1)
+            self.tables.add(name)
+        return name
+
+    def load(self, table: str, data: bytes | str, headers: dict[str, Any]) -> httpx.Response:
+        return self.doris.stream_load(self.db, self.table(table), data, headers=headers)

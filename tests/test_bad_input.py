@@ -15,7 +15,6 @@ import http.client
 import io
 import socket
 import time
-import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.helpers import AUTH, DorisClient, assert_doris_result, serving
+from tests.helpers import AUTH, DorisClient, SeededTables, assert_doris_result, serving
 
 CSV = {"column_separator": ","}
 QUALITY = "[DATA_QUALITY_ERROR]too many filtered rows"
@@ -41,24 +40,11 @@ GOOD_LINE = "7,keep,7,2024-01-01\n"
 GOOD = [[7, "keep", 7, "2024-01-01"]]
 
 
-class Seeded:
+class Seeded(SeededTables):
     """One database per module; each group of cases gets a table holding one good row."""
 
     def __init__(self, doris: DorisClient) -> None:
-        self.doris = doris
-        self.db = f"db_{uuid.uuid4().hex[:12]}"
-        doris.sql(self.db, f"CREATE DATABASE {self.db}")
-        self.tables: set[str] = set()
-
-    def table(self, name: str) -> str:
-        if name not in self.tables:
-            self.doris.sql(self.db, TABLE.format(name=name))
-            assert_doris_result(self.doris.stream_load(self.db, name, GOOD_LINE, headers=CSV), loaded=1)
-            self.tables.add(name)
-        return name
-
-    def load(self, table: str, data: bytes | str, headers: dict[str, str]) -> httpx.Response:
-        return self.doris.stream_load(self.db, self.table(table), data, headers=headers)
+        super().__init__(doris, ddl=TABLE, good_line=GOOD_LINE, headers=CSV)
 
     def assert_unchanged(self, table: str) -> None:
         assert self.doris.rows(self.db, f"select * from {table} order by k") == GOOD
