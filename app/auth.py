@@ -7,7 +7,7 @@ import binascii
 import hmac
 from collections.abc import Mapping
 
-from loaders.errors import NotAuthorized
+from tables.errors import NotAuthorized
 
 USERS = ("root", "admin")
 

@@ -38,12 +38,12 @@ from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVari
 from sqlglot import exp
 
 from app.auth import USERS
-from sql.errors import SqlError
 from sql.results import ExecStatus, StatementResult
 from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
 from sql.session import check_statement_count
 from sql.tokens import Cursor, split_statements
+from tables.errors import SqlError
 
 if TYPE_CHECKING:
     from sql.executor import SqlExecutor

@@ -18,11 +18,10 @@ from app.deps import ServicesDep
 from app.openapi import QueryReply, query_operation, reply
 from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
 from app.settings import Settings
-from loaders.errors import BadRequest, LoadTimeout
 from loaders.staging import timed_chunks
-from sql.errors import SqlError
 from sql.results import ResultSet, StatementResult
 from sql.session import Session
+from tables.errors import BadRequest, LoadTimeout, SqlError
 
 router = APIRouter()
 

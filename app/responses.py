@@ -9,8 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from loaders.errors import LoadError
-from tables.errors import DorisError, LabelAlreadyExists
+from tables.errors import DorisError, LabelAlreadyExists, LoadError
 from tables.load_spec import LoadResult
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from app.deps import Services, ServicesDep
 from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse, load_error_result
 from app.settings import Settings
-from loaders.errors import BadRequest, LoadError, NotAuthorized, ServiceUnavailable
 from loaders.headers import decode_headers, parse_load_request
 from loaders.staging import (
     LineGuard,
@@ -27,7 +26,7 @@ from loaders.staging import (
     stage_payload,
     timed_chunks,
 )
-from tables.errors import DorisError
+from tables.errors import BadRequest, DorisError, LoadError, NotAuthorized, ServiceUnavailable
 from tables.load_spec import LoadRequest, LoadResult
 
 router = APIRouter()

@@ -29,7 +29,7 @@ def _be_reply(status: str, msg: str) -> Response:
 
 
 async def _operate(db: str, request: Request, services: Services) -> Response:
-    from tables.twophase import TxnOperationError
+    from tables.errors import TxnOperationError
 
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)

@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from loaders.errors import BadExpression
+from tables.errors import BadExpression
 from tables.load_spec import ColumnMapping, Expr, InputLimits
 
 ALLOWED_NODES: tuple[type[exp.Expression], ...] = (

@@ -15,9 +15,9 @@ import zoneinfo
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from loaders.errors import BadHeader
 from loaders.expressions import DEFAULT_LIMITS, Size, parse_columns, parse_condition
 from loaders.formats.csv import decode_separator
+from tables.errors import BadHeader
 from tables.load_spec import InputLimits, LoadRequest, MergeType
 from tables.names import LABEL_REGEX, InvalidName, check_label
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loaders.errors import BadRequest, LoadTimeout
+from tables.errors import BadRequest, LoadTimeout
 
 
 class LineGuard:

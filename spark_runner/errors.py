@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
 
-from loaders.errors import AnalysisError, LoadError
+from tables.errors import AnalysisError, LoadError
 
 
 @contextmanager

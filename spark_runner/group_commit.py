@@ -39,7 +39,6 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loaders.errors import DataQualityError, LoadError, LoadTimeout
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     LINE,
@@ -56,7 +55,16 @@ from spark_runner.load_job import (
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, write_partitions
 from tables.commit import check_schema, table_identity
-from tables.errors import DatabaseNotFound, DorisError, TableDropped, TableNotFound, TxnAborted
+from tables.errors import (
+    DatabaseNotFound,
+    DataQualityError,
+    DorisError,
+    LoadError,
+    LoadTimeout,
+    TableDropped,
+    TableNotFound,
+    TxnAborted,
+)
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, PREPARE
 

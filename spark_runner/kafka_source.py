@@ -14,15 +14,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, KafkaPropertyError, RoutineLoadSpec, kafka_client_config
-
-
-class KafkaSourceError(Exception):
-    """The topic, a partition or the brokers cannot be read; the job pauses with this text."""
-
-
-class KafkaConfigError(KafkaSourceError):
-    """A client property the job was stored with is not allowed (now): the job pauses before connecting."""
+from tables.errors import KafkaConfigError, KafkaPropertyError, KafkaSourceError
+from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadSpec, kafka_client_config
 
 
 @dataclass

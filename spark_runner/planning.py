@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loaders.errors import AnalysisError
+from tables.errors import AnalysisError
 from tables.load_spec import ColumnMapping, Expr, LoadRequest, MergeType
 from tables.model import DELETE_SIGN, HIDDEN_PREFIX, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
 

@@ -19,11 +19,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loaders.errors import LoadError
 from loaders.headers import parse_load_request
-from spark_runner.kafka_source import Batch, KafkaBatches, KafkaConfigError, KafkaSourceError, stage_batch
+from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
 from spark_runner.service import LoadService
-from tables.errors import DorisError, TableNotFound
+from tables.errors import DorisError, KafkaConfigError, KafkaSourceError, LoadError, TableNotFound
 from tables.routine_load import (
     CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,

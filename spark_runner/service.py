@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from loaders.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
@@ -36,6 +35,7 @@ from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog
 from tables.commit import TableWriter, check_schema
 from tables.error_logs import error_log_path, new_error_log_name
+from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult
 from tables.transactions import ABORTED, TransactionStore
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loaders.errors import ServiceUnavailable
+from tables.errors import ServiceUnavailable
 
 if TYPE_CHECKING:
     from subprocess import Popen

@@ -12,12 +12,11 @@ from pyspark.sql import functions as F
 from spark_runner.compaction import CompactionType, Compactor, NothingToCompact, cumulative_point
 from spark_runner.queries import read_rowsets
 from spark_runner.sqltext import q
-from sql.errors import SqlError
 from sql.results import ExecStatus, ResultSet
 from sql.session import Session
 from sql.tokens import Cursor
 from tables.catalog import TableHandle
-from tables.errors import DorisError
+from tables.errors import DorisError, SqlError
 from tables.rowsets import BACKEND_ID, RowsetsChanged, bucket_of_tablet, schema_hash, tablet_ids
 
 TABLET_COLUMNS = (

@@ -23,8 +23,8 @@ from sql.ddl import (
     parse_properties,
     split_type,
 )
-from sql.errors import SqlError
 from sql.tokens import Cursor
+from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
 from tables.schema_change import AddColumn, DropColumn, RenameColumn, SchemaOp, WidenColumn
 from tables.types import DorisType, UnsupportedType

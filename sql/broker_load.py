@@ -25,16 +25,14 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import TokenType
 
-from loaders.errors import LoadError
 from loaders.headers import parse_load_request
 from spark_runner.load_job import POS, columnar_source, csv_source, json_source
 from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad
 from sql.ddl import parse_properties
-from sql.errors import SqlError
 from sql.results import ExecStatus, ResultSet
 from sql.tokens import Cursor
-from tables.errors import DorisError, TxnStateError
+from tables.errors import DorisError, LoadError, SqlError, TxnStateError
 from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
 from tables.load_spec import LoadRequest, LoadResult
 from tables.source_paths import SourcePolicy, resolve_sources

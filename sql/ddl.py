@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from sqlglot import TokenType
 
-from sql.errors import SqlError
 from sql.tokens import Cursor
+from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, ColumnDef, KeysType, TableDef
 from tables.names import InvalidName, check_column_name
 from tables.types import DorisType, UnsupportedType

@@ -16,7 +16,7 @@ import decimal
 from sqlglot import exp
 
 from spark_runner.sqltext import convert_sql, lit, q
-from sql.errors import SqlError
+from tables.errors import SqlError
 from tables.model import DeletePredicate, TableDef
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {

@@ -12,7 +12,6 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from sqlglot import TokenType, exp
 
-from loaders.errors import LoadError
 from spark_runner.compaction import Compactor
 from spark_runner.queries import JobGuard, collect_result
 from spark_runner.routine_load import RoutineLoadManager
@@ -22,7 +21,6 @@ from sql.alter import parse_alter, plan_alter
 from sql.broker_load import BrokerLoads
 from sql.ddl import parse_create_table
 from sql.delete import delete_predicate
-from sql.errors import SqlError
 from sql.insert import insert_request, insert_target, values_rows
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.routine_load import is_routine_load
@@ -33,7 +31,7 @@ from sql.show_create import show_create_table
 from sql.tokens import Cursor, split_statements
 from tables.catalog import Catalog
 from tables.commit import TableWriter
-from tables.errors import DorisError
+from tables.errors import DorisError, LoadError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType, TableDef
 from tables.schema_change import SchemaOp
 

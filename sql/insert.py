@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from sql.errors import SqlError
+from tables.errors import SqlError
 from tables.load_spec import ColumnMapping, LoadRequest
 
 Evaluate = Callable[[exp.Expression], "str | None"]

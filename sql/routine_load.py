@@ -19,10 +19,9 @@ from pathlib import Path
 
 from sqlglot import TokenType
 
-from loaders.errors import BadHeader
 from loaders.headers import parse_time_zone
-from sql.errors import SqlError
 from sql.tokens import Cursor
+from tables.errors import BadHeader, SqlError
 from tables.routine_load import (
     KAFKA_DEFAULT_OFFSETS,
     OFFSET_BEGINNING,

@@ -7,11 +7,9 @@ import re
 import time
 from datetime import datetime
 
-from loaders.errors import LoadError
 from loaders.headers import parse_load_request
 from spark_runner.planning import plan_load
 from spark_runner.routine_load import RoutineLoadManager
-from sql.errors import SqlError
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.routine_load import (
     CreateRoutineLoad,
@@ -22,6 +20,7 @@ from sql.routine_load import (
     parse_routine_load,
 )
 from tables.catalog import Catalog
+from tables.errors import LoadError, SqlError
 from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadJob
 
 SHOW_COLUMNS = (

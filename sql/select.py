@@ -28,10 +28,9 @@ from sqlglot.errors import ParseError
 
 from spark_runner.queries import merged_rows
 from spark_runner.sqltext import lit
-from sql.errors import SqlError
 from sql.functions import ALLOWED_FUNCTIONS
 from tables.catalog import Catalog
-from tables.errors import DorisError
+from tables.errors import DorisError, SqlError
 
 
 @dataclass(frozen=True)

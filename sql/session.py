@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sql.errors import SqlError
+from tables.errors import SqlError
 
 _DEFAULTS: dict[str, str] = {
     "show_hidden_columns": "false",

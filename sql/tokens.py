@@ -6,7 +6,7 @@ from sqlglot import TokenType
 from sqlglot.dialects.doris import Doris
 from sqlglot.tokens import Token  # type: ignore[attr-defined]
 
-from sql.errors import SqlError
+from tables.errors import SqlError
 
 _TOKENIZER = Doris().tokenizer_class()
 

@@ -1,21 +1,42 @@
-"""Domain errors of the bottom layer, each with the Doris wording users match on.
+"""Every error the server reports, in one tree under one root, each worded as Doris words it.
 
-DorisError                  message already in Doris's words
-├── DatabaseNotFound
-├── TableNotFound
-├── AlreadyExists
-├── LabelAlreadyExists      carries the existing transaction's state
-├── SchemaChanged           a load planned against an older schema tried to commit
-├── TxnAborted              the transaction was aborted (2PC abort, timeout) while its load ran
-├── TxnStateError           a 2PC commit/abort found the transaction in another state
-└── TableDropped            the table a load was planned against was dropped (or re-created) before its commit
+This is the bottom layer's module so that every layer raises from the same tree without importing another
+layer for it. The boundary renders them: `app.responses` (one FastAPI exception handler for HTTP) and
+`app.mysql_server.doris_error` (one mapping to MySQL error packets).
+
+    DorisError                      `message`: the text shown to the user (after Doris's own prefixes)
+    ├── DatabaseNotFound
+    ├── TableNotFound
+    ├── AlreadyExists
+    ├── LabelAlreadyExists          carries the existing transaction's state
+    ├── SchemaChanged               a load planned against an older schema tried to commit
+    ├── TxnAborted                  the transaction was aborted (2PC abort, timeout) while its load ran
+    ├── TxnStateError               a 2PC commit/abort found the transaction in another state
+    ├── TableDropped                the table a load was planned against was dropped before its commit
+    ├── SourcePathError             a broker-load path the server may not read
+    ├── KafkaPropertyError          a routine-load `property.*` that is not allowed
+    ├── KafkaSourceError            the topic, a partition or the brokers cannot be read (the job pauses)
+    │   └── KafkaConfigError        a stored client property no longer allowed
+    ├── TxnOperationError           a refused 2PC operation: Doris's status name and message
+    ├── SqlError                    a statement's error, `errCode = 2, detailMessage = ...`
+    └── LoadError                   a load's `Fail` reply, Message "[<code>]<text>"
+        ├── BadHeader               a header value Doris would refuse
+        ├── BadExpression           `columns` / `where` / `delete` outside the grammar or the allow-list
+        │   └── AnalysisError       a planning error the FE would report (unknown column, sequence rules)
+        ├── NotAuthorized           missing or wrong Basic credentials
+        ├── BadRequest              body framing, size, a table or column the load cannot use
+        ├── ServiceUnavailable      the server is draining for shutdown, or its Spark backend is down
+        ├── LoadTimeout             the load outlived its `timeout` header
+        └── DataQualityError        too many filtered rows; carries the error-log URL
+
+`LabelAlreadyExists` is rendered in a load reply with status "Label Already Exists".
 """
 
 from __future__ import annotations
 
 
 class DorisError(Exception):
-    """An error whose message is shown to the user as is (after Doris's own prefixes)."""
+    """The root: an error whose `message` is shown to the user as is (after Doris's own prefixes)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -79,3 +100,97 @@ class TableDropped(DorisError):
     def __init__(self, table_uuid: str) -> None:
         super().__init__(f"unknown table, tableId={table_uuid}")
         self.table_uuid = table_uuid
+
+
+class SourcePathError(DorisError):
+    """A path a load may not read; the message is shown as is."""
+
+
+class KafkaPropertyError(DorisError):
+    """A `property.*` of a routine load that is not allowed; the message names it."""
+
+
+class KafkaSourceError(DorisError):
+    """The topic, a partition or the brokers cannot be read; the job pauses with this text."""
+
+
+class KafkaConfigError(KafkaSourceError):
+    """A client property the job was stored with is not allowed (now): the job pauses before connecting."""
+
+
+class TxnOperationError(DorisError):
+    """A refused 2PC operation: Doris's status code name and message."""
+
+    def __init__(self, status: str, msg: str) -> None:
+        super().__init__(msg)
+        self.status = status
+        self.msg = msg
+
+
+class SqlError(DorisError):
+    """A statement's error, worded as Doris's FE words it (`errCode = 2, detailMessage = ...`)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    @property
+    def doris_message(self) -> str:
+        return f"errCode = 2, detailMessage = {self.detail}"
+
+
+class LoadError(DorisError):
+    """A load failure with Doris's error code and text."""
+
+    status = "Fail"
+    code = "INTERNAL_ERROR"
+
+    def __init__(self, text: str, *, code: str | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+        if code is not None:
+            self.code = code
+
+    @property
+    def doris_message(self) -> str:
+        return f"[{self.code}]{self.text}"
+
+
+class BadHeader(LoadError):
+    code = "INVALID_ARGUMENT"
+
+
+class BadExpression(LoadError):
+    code = "ANALYSIS_ERROR"
+
+    @property
+    def doris_message(self) -> str:
+        return f"[{self.code}]TStatus: errCode = 2, detailMessage = {self.text}"
+
+
+class AnalysisError(BadExpression):
+    """A planning error the FE would report (unknown column, sequence rules, ...)."""
+
+
+class NotAuthorized(LoadError):
+    code = "NOT_AUTHORIZED"
+
+
+class BadRequest(LoadError):
+    code = "INVALID_ARGUMENT"
+
+
+class LoadTimeout(LoadError):
+    code = "TIMEOUT"
+
+
+class ServiceUnavailable(LoadError):
+    code = "SERVICE_UNAVAILABLE"
+
+
+class DataQualityError(LoadError):
+    code = "DATA_QUALITY_ERROR"
+
+    def __init__(self, text: str, *, error_url: str | None = None) -> None:
+        super().__init__(text)
+        self.error_url = error_url

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tables.errors import AlreadyExists, DorisError
+from tables.errors import AlreadyExists, DorisError, KafkaPropertyError
 from tables.source_paths import check_cert_file
 
 
@@ -114,10 +114,6 @@ KAFKA_FILE_PROPERTIES = (
     "sasl.kerberos.keytab",
 )
 KAFKA_DEFAULT_OFFSETS = "kafka_default_offsets"  # Doris's own key, never passed to the client
-
-
-class KafkaPropertyError(DorisError):
-    """A `property.*` of a routine load that is not allowed; the message names it."""
 
 
 def kafka_client_config(properties: Mapping[str, str], cert_dir: Path | None) -> dict[str, str]:

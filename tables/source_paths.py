@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from tables.errors import DorisError
+from tables.errors import SourcePathError
 
 # never readable, whatever is configured: kernel and device views (environment, memory, other processes)
 SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -31,10 +31,6 @@ SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 GLOB_CHARS = frozenset("*?[]{}\\")
 MAX_FILES = 1000  # files one LOAD may name after glob expansion: each is a Spark read of its own
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-
-
-class SourcePathError(DorisError):
-    """A path a load may not read; the message is shown as is."""
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,13 @@ from dataclasses import dataclass
 
 from tables.catalog import Catalog
 from tables.commit import TableWriter
-from tables.errors import TableDropped, TxnStateError
+from tables.errors import TableDropped, TxnOperationError, TxnStateError
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, VISIBLE, TransactionStore
 
 log = logging.getLogger(__name__)
 
 USER_ABORT = "User Abort"
 TIMEOUT_ABORT = "timeout by txn manager"
-
-
-class TxnOperationError(Exception):
-    """A refused 2PC operation: Doris's status code name and message."""
-
-    def __init__(self, status: str, msg: str) -> None:
-        super().__init__(msg)
-        self.status = status
-        self.msg = msg
 
 
 def _analysis(text: str) -> TxnOperationError:

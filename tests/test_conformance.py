@@ -37,6 +37,7 @@ UPSTREAM = Path(__file__).resolve().parents[2] / "shared"
 @pytest.mark.parametrize("folder", ["conformance", "seeds"])
 def test_the_repo_copy_is_current_with_shared(folder: str) -> None:
     """The suite runs the repo's copy; when the upstream documents sit beside the clone, the copy equals them."""
+
     def files(root: Path) -> dict[str, bytes]:
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 

@@ -243,7 +243,7 @@ def test_collector_finds_imports(path: str, source: str, expected: list[Import])
         ),
         pytest.param(
             "tables/x.py",
-            "from loaders.errors import BadHeader",
+            "from loaders.headers import LoadRequest",
             "tables imports loaders (imports point down",
             id="tables-importing-loaders",
         ),
@@ -256,7 +256,7 @@ def test_collector_finds_imports(path: str, source: str, expected: list[Import])
         pytest.param("loaders/x.py", "import sql.tokens", "loaders imports sql", id="loaders-importing-sql"),
         pytest.param(
             "spark_runner/x.py",
-            "from sql.errors import SqlError",
+            "from sql.tokens import Cursor",
             "spark_runner imports sql",
             id="spark-runner-importing-sql",
         ),

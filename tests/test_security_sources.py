@@ -18,8 +18,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from sql.errors import SqlError
-from tables.errors import DorisError
+from tables.errors import DorisError, SqlError
 from tables.source_paths import SourcePolicy, resolve_sources
 from tests.helpers import DorisClient
 from tests.kafka_mock import MockKafka

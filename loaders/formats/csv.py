@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from loaders.errors import BadHeader
+from tables.errors import BadHeader
 
 _HEX = re.compile(r"\\x([0-9a-fA-F]{2})")
 

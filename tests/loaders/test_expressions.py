@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from loaders.errors import BadExpression
 from loaders.expressions import check_allowed, parse_columns, parse_condition, parse_value
+from tables.errors import BadExpression
 from tables.load_spec import ColumnMapping, Expr
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from starlette.datastructures import Headers
 
-from loaders.errors import BadExpression, BadHeader, LoadError
 from loaders.headers import LABEL_PATTERN, parse_load_request
+from tables.errors import BadExpression, BadHeader, LoadError
 from tables.load_spec import ColumnMapping, LoadRequest, MergeType
 
 LABEL_RULE = "Label format error. regex: ^[-_A-Za-z0-9:]{1,128}$, label: "
