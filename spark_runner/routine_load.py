@@ -22,7 +22,7 @@ from pathlib import Path
 from loaders.headers import parse_load_request
 from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
 from spark_runner.service import LoadService
-from tables.errors import DorisError, KafkaConfigError, KafkaSourceError, LoadError, TableNotFound
+from tables.errors import DorisError, KafkaConfigError, KafkaPropertyError, KafkaSourceError, LoadError, TableNotFound
 from tables.routine_load import (
     CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,
@@ -33,7 +33,6 @@ from tables.routine_load import (
     BatchCounts,
     JobNotFound,
     JobState,
-    KafkaPropertyError,
     RoutineLoadJob,
     RoutineLoadSpec,
     RoutineLoadStore,

@@ -21,12 +21,11 @@ from sqlglot import TokenType
 
 from loaders.headers import parse_time_zone
 from sql.tokens import Cursor
-from tables.errors import BadHeader, SqlError
+from tables.errors import BadHeader, KafkaPropertyError, SqlError
 from tables.routine_load import (
     KAFKA_DEFAULT_OFFSETS,
     OFFSET_BEGINNING,
     OFFSET_END,
-    KafkaPropertyError,
     RoutineLoadSpec,
     kafka_client_config,
 )
