@@ -1,0 +1,488 @@
+"""Users, roles and privileges as Doris has them, in the server's own store (SQLite beside the transactions).
+
+Doris's account model, reduced to what a loading service needs:
+
+    identity    'user'@'host'; the host is a pattern (`%` any run of characters, `_` one character), so
+                'loader'@'%' logs in from anywhere and 'loader'@'10.0.0.%' only from that subnet
+    password    stored as MySQL's native password hash (`*` + hex SHA1(SHA1(password))), the form
+                `mysql_native_password` logins check against and `SHOW GRANTS` prints
+    privileges  NODE_PRIV, ADMIN_PRIV, GRANT_PRIV, SELECT_PRIV, LOAD_PRIV, ALTER_PRIV, CREATE_PRIV,
+                DROP_PRIV, USAGE_PRIV, granted on a scope: `*.*` (global), `db.*` (a database), `db.tbl`
+                (a table); ADMIN_PRIV and NODE_PRIV only on `*.*`
+    roles       named sets of grants; a user holds its own grants and those of its roles
+    built-ins   root ('root'@'%', role `operator`: every privilege) and admin ('admin'@'%', role `admin`:
+                every privilege but NODE_PRIV); root's password is set once, at the first start
+
+A check asks for one privilege on a database or a table; ADMIN_PRIV (and NODE_PRIV) satisfy every check, a
+grant on `db.*` covers every table of the database, a grant on `*.*` every database. A database is visible
+(SHOW DATABASES, `USE`) to a user with any privilege on it or on one of its tables, as in Doris.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+
+from tables.errors import AlreadyExists, DorisError
+
+ROOT = "root"
+ADMIN = "admin"
+OPERATOR_ROLE = "operator"
+ADMIN_ROLE = "admin"
+ANY_HOST = "%"
+
+
+class Priv(enum.Flag):
+    NODE = enum.auto()
+    ADMIN = enum.auto()
+    GRANT = enum.auto()
+    SELECT = enum.auto()
+    LOAD = enum.auto()
+    ALTER = enum.auto()
+    CREATE = enum.auto()
+    DROP = enum.auto()
+    USAGE = enum.auto()
+
+    @property
+    def doris_name(self) -> str:
+        """`SELECT_PRIV`, or `Select_priv,Load_priv` for several (as SHOW GRANTS prints them)."""
+        names = [f"{str(p.name).capitalize()}_priv" for p in Priv if p in self]
+        return ",".join(names)
+
+
+NONE = Priv(0)
+ALL_PRIVS = reduce(lambda a, b: a | b, Priv)
+DATA_PRIVS = Priv.SELECT | Priv.LOAD | Priv.ALTER | Priv.CREATE | Priv.DROP  # what `ALL` grants on a db or table
+GLOBAL_ONLY = Priv.ADMIN | Priv.NODE
+SUPER = Priv.ADMIN | Priv.NODE  # either satisfies every check
+BUILTIN_ROLES = {OPERATOR_ROLE: ALL_PRIVS, ADMIN_ROLE: ALL_PRIVS & ~Priv.NODE}
+
+_BY_NAME = {f"{p.name}_PRIV": p for p in Priv} | {str(p.name): p for p in Priv}
+
+
+def parse_privileges(names: Iterable[str]) -> Priv:
+    """`SELECT_PRIV, LOAD_PRIV` (any case; `ALL` / `ALL PRIVILEGES` for every data privilege) as a flag set.
+
+    Raises:
+        DorisError: a name Doris does not know, in Doris's words.
+    """
+    privs = NONE
+    for raw in names:
+        name = " ".join(raw.upper().split())
+        if name in ("ALL", "ALL PRIVILEGES"):
+            privs |= DATA_PRIVS
+        elif name in _BY_NAME:
+            privs |= _BY_NAME[name]
+        else:
+            raise DorisError(f"Unknown privilege type {raw}")
+    return privs
+
+
+def native_password_hash(password: str) -> str:
+    """MySQL's `PASSWORD()`: `*` + upper hex SHA1(SHA1(password)); the empty password has the empty hash."""
+    if not password:
+        return ""
+    return "*" + hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
+
+
+def password_matches(stored_hash: str, given: str) -> bool:
+    """A clear password (HTTP Basic) against a stored native hash, in constant time."""
+    return hmac.compare_digest(native_password_hash(given).encode(), stored_hash.encode())
+
+
+@dataclass(frozen=True, order=True)
+class Identity:
+    user: str
+    host: str = ANY_HOST
+
+    def __str__(self) -> str:
+        return f"'{self.user}'@'{self.host}'"
+
+    def host_matches(self, client: str) -> bool:
+        """The identity's host pattern against a client address (`%` and `_` as in SQL LIKE)."""
+        if self.host == ANY_HOST:
+            return True
+        pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in self.host)
+        return re.fullmatch(pattern, client, re.IGNORECASE) is not None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """`*.*`, `db.*` or `db.tbl`; `*` is every database or every table of one."""
+
+    db: str = "*"
+    table: str = "*"
+
+    def __str__(self) -> str:
+        return f"{self.db}.{self.table}"
+
+    @property
+    def is_global(self) -> bool:
+        return self.db == "*"
+
+    def covers(self, db: str | None, table: str | None) -> bool:
+        """True when a grant on this scope applies to `db.table` (None: the database itself, or anything)."""
+        if self.is_global:
+            return True
+        if db is None or self.db != db:
+            return False
+        return self.table == "*" or (table is not None and self.table == table)
+
+
+def parse_scope(text: str) -> Scope:
+    """`*.*`, `db.*`, `db.tbl`, `internal.db.tbl` (the internal catalog's name is accepted and dropped).
+
+    Raises:
+        DorisError: not one of those forms.
+    """
+    parts = [p.strip().strip("`") for p in text.split(".")]
+    if len(parts) == 3 and parts[0].lower() in ("internal", "*"):
+        parts = parts[1:]
+    if len(parts) != 2 or not all(parts) or (parts[0] == "*" and parts[1] != "*"):
+        raise DorisError(f"Invalid privilege level: {text}")
+    return Scope(parts[0], parts[1])
+
+
+@dataclass(frozen=True)
+class Grant:
+    scope: Scope
+    privs: Priv
+
+
+@dataclass(frozen=True)
+class Privileges:
+    """What one user may do: its own grants and its roles' grants, resolved once per check."""
+
+    identity: Identity
+    grants: tuple[Grant, ...] = ()
+    roles: tuple[str, ...] = ()
+
+    @property
+    def is_super(self) -> bool:
+        return any(g.scope.is_global and g.privs & SUPER for g in self.grants)
+
+    def on(self, db: str | None, table: str | None = None) -> Priv:
+        """Every privilege that applies to `db.table` (or to the database, or globally)."""
+        return reduce(lambda a, g: a | g.privs if g.scope.covers(db, table) else a, self.grants, NONE)
+
+    def allows(self, wanted: Priv, db: str | None = None, table: str | None = None) -> bool:
+        """True when the user holds one of `wanted` on the scope (ADMIN_PRIV / NODE_PRIV hold everything)."""
+        held = self.on(db, table)
+        return bool(held & (wanted | SUPER))
+
+    def sees_db(self, db: str) -> bool:
+        """Doris shows a database to a user with any privilege on it or on one of its tables."""
+        return self.is_super or any(g.privs and (g.scope.is_global or g.scope.db == db) for g in self.grants)
+
+    def sees_table(self, db: str, table: str) -> bool:
+        return self.is_super or bool(self.on(db, table))
+
+
+def table_denied(command: str, identity: Identity, db: str, table: str) -> DorisError:
+    """Doris's ERR_TABLEACCESS_DENIED_ERROR (1142)."""
+    return DorisError(f"{command} command denied to user '{identity.user}'@'{identity.host}' for table '{db}.{table}'")
+
+
+def db_denied(identity: Identity, db: str) -> DorisError:
+    """Doris's ERR_DBACCESS_DENIED_ERROR (1044); Doris names the user without its host here."""
+    return DorisError(f"Access denied for user '{identity.user}' to database '{db}'")
+
+
+def specific_denied(privs: str) -> DorisError:
+    """Doris's ERR_SPECIFIC_ACCESS_DENIED_ERROR (1227), e.g. for ADMIN statements."""
+    return DorisError(f"Access denied; you need (at least one of) the {privs} privilege(s) for this operation")
+
+
+def login_denied(user: str, client: str, used_password: bool) -> DorisError:
+    """Doris's ERR_ACCESS_DENIED_ERROR (1045)."""
+    return DorisError(f"Access denied for user '{user}@{client}' (using password: {'YES' if used_password else 'NO'})")
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    password TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (name, host)
+);
+CREATE TABLE IF NOT EXISTS roles (name TEXT PRIMARY KEY, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS user_roles (
+    name TEXT NOT NULL, host TEXT NOT NULL, role TEXT NOT NULL, PRIMARY KEY (name, host, role)
+);
+CREATE TABLE IF NOT EXISTS grants (
+    grantee TEXT NOT NULL,      -- 'user'@'host' for a user, the role's name for a role
+    is_role INTEGER NOT NULL,
+    db TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    privs INTEGER NOT NULL,
+    PRIMARY KEY (grantee, is_role, db, tbl)
+);
+"""
+
+
+@dataclass
+class AccountStore:
+    """The accounts, roles and grants; one SQLite connection guarded by a lock (as the transaction store)."""
+
+    path: Path
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def bootstrap(self, root_password: str) -> None:
+        """The built-in roles and users, created at the first start only: root's password comes from the
+        settings then, and a later `SET PASSWORD` is kept across restarts."""
+        with self._tx():
+            for role, privs in BUILTIN_ROLES.items():
+                if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
+                    self._conn.execute("INSERT INTO roles VALUES (?, ?)", (role, time.time()))
+                    self._put_grant(role, True, Scope(), privs)
+            for user, role, password in ((ROOT, OPERATOR_ROLE, root_password), (ADMIN, ADMIN_ROLE, "")):
+                identity = Identity(user)
+                if self._user_row(identity) is None:
+                    self._insert_user(identity, native_password_hash(password))
+                    self._conn.execute("INSERT INTO user_roles VALUES (?, ?, ?)", (user, ANY_HOST, role))
+
+    # users
+
+    def create_user(self, identity: Identity, password_hash: str, *, if_not_exists: bool = False) -> None:
+        with self._tx():
+            if self._user_row(identity) is not None:
+                if if_not_exists:
+                    return
+                raise AlreadyExists(f"Operation CREATE USER failed for {identity} : user already exists")
+            self._insert_user(identity, password_hash)
+
+    def drop_user(self, identity: Identity, *, if_exists: bool = False) -> None:
+        if identity.user in (ROOT, ADMIN):
+            raise DorisError(f"Can not drop user {identity.user}")
+        with self._tx():
+            if self._user_row(identity) is None:
+                if if_exists:
+                    return
+                raise DorisError(f"Operation DROP USER failed for {identity} : user not exists")
+            self._conn.execute("DELETE FROM users WHERE name = ? AND host = ?", (identity.user, identity.host))
+            self._conn.execute("DELETE FROM user_roles WHERE name = ? AND host = ?", (identity.user, identity.host))
+            self._conn.execute("DELETE FROM grants WHERE grantee = ? AND is_role = 0", (str(identity),))
+
+    def set_password(self, identity: Identity, password_hash: str) -> None:
+        with self._tx():
+            if self._user_row(identity) is None:
+                raise DorisError(f"user {identity} does not exist")
+            self._conn.execute(
+                "UPDATE users SET password = ? WHERE name = ? AND host = ?",
+                (password_hash, identity.user, identity.host),
+            )
+
+    def users(self) -> list[Identity]:
+        return [Identity(n, h) for n, h in self._conn.execute("SELECT name, host FROM users ORDER BY name, host")]
+
+    def match(self, user: str, client: str) -> Identity | None:
+        """The identity a login as `user` from `client` takes: the most specific matching host, as MySQL picks
+        (a literal host before a pattern, `%` last)."""
+        rows = self._conn.execute("SELECT host FROM users WHERE name = ?", (user,)).fetchall()
+        candidates = [Identity(user, host) for (host,) in rows if Identity(user, host).host_matches(client)]
+        candidates.sort(key=lambda i: (i.host == ANY_HOST, "%" in i.host or "_" in i.host, -len(i.host)))
+        return candidates[0] if candidates else None
+
+    def password_hash(self, identity: Identity) -> str | None:
+        row = self._user_row(identity)
+        return None if row is None else str(row[0])
+
+    def authenticate(self, user: str, password: str, client: str) -> Identity:
+        """A clear-text login (HTTP Basic). Unknown users and wrong passwords get the same refusal.
+
+        Raises:
+            DorisError: Doris's `Access denied for user ...` text.
+        """
+        identity = self.match(user, client)
+        stored = self.password_hash(identity) if identity is not None else None
+        if identity is None or stored is None or not password_matches(stored, password):
+            raise login_denied(user, client, bool(password))
+        return identity
+
+    # roles
+
+    def create_role(self, role: str, *, if_not_exists: bool = False) -> None:
+        with self._tx():
+            if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is not None:
+                if if_not_exists:
+                    return
+                raise AlreadyExists(f"Role {role} already exists")
+            self._conn.execute("INSERT INTO roles VALUES (?, ?)", (role, time.time()))
+
+    def drop_role(self, role: str, *, if_exists: bool = False) -> None:
+        if role in BUILTIN_ROLES:
+            raise DorisError(f"Can not drop role {role}")
+        with self._tx():
+            if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
+                if if_exists:
+                    return
+                raise DorisError(f"Role {role} does not exist")
+            self._conn.execute("DELETE FROM roles WHERE name = ?", (role,))
+            self._conn.execute("DELETE FROM user_roles WHERE role = ?", (role,))
+            self._conn.execute("DELETE FROM grants WHERE grantee = ? AND is_role = 1", (role,))
+
+    def roles(self) -> list[str]:
+        return [name for (name,) in self._conn.execute("SELECT name FROM roles ORDER BY name")]
+
+    def grant_role(self, role: str, identity: Identity) -> None:
+        with self._tx():
+            self._require_role(role)
+            self._require_user(identity)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO user_roles VALUES (?, ?, ?)", (identity.user, identity.host, role)
+            )
+
+    def revoke_role(self, role: str, identity: Identity) -> None:
+        with self._tx():
+            self._require_role(role)
+            self._require_user(identity)
+            self._conn.execute(
+                "DELETE FROM user_roles WHERE name = ? AND host = ? AND role = ?", (identity.user, identity.host, role)
+            )
+
+    # grants
+
+    def grant(self, privs: Priv, scope: Scope, *, user: Identity | None = None, role: str | None = None) -> None:
+        """GRANT privs ON scope TO user | ROLE role (privileges add up).
+
+        Raises:
+            DorisError: ADMIN_PRIV / NODE_PRIV below `*.*`, or an unknown user or role.
+        """
+        self._check_level(privs, scope)
+        grantee, is_role = self._grantee(user, role)
+        with self._tx():
+            self._require_grantee(user, role)
+            held = self._held(grantee, is_role, scope)
+            self._put_grant(grantee, is_role, scope, held | privs)
+
+    def revoke(self, privs: Priv, scope: Scope, *, user: Identity | None = None, role: str | None = None) -> None:
+        self._check_level(privs, scope)
+        grantee, is_role = self._grantee(user, role)
+        with self._tx():
+            self._require_grantee(user, role)
+            remaining = self._held(grantee, is_role, scope) & ~privs
+            self._put_grant(grantee, is_role, scope, remaining)
+
+    def privileges(self, identity: Identity) -> Privileges:
+        """The user's own grants and its roles' grants; empty for a user that no longer exists."""
+        if self._user_row(identity) is None:
+            return Privileges(identity)
+        roles = tuple(
+            r
+            for (r,) in self._conn.execute(
+                "SELECT role FROM user_roles WHERE name = ? AND host = ? ORDER BY role", (identity.user, identity.host)
+            )
+        )
+        rows = self._conn.execute(
+            "SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = 0", (str(identity),)
+        )
+        grants = [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
+        for role in roles:
+            rows = self._conn.execute("SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = 1", (role,))
+            grants += [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
+        return Privileges(identity, tuple(grants), roles)
+
+    def own_grants(self, *, user: Identity | None = None, role: str | None = None) -> list[Grant]:
+        grantee, is_role = self._grantee(user, role)
+        rows = self._conn.execute(
+            "SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = ? ORDER BY db, tbl", (grantee, is_role)
+        )
+        return [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
+
+    # internals
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._conn, self._lock)
+
+    def _user_row(self, identity: Identity) -> tuple[str] | None:
+        row = self._conn.execute(
+            "SELECT password FROM users WHERE name = ? AND host = ?", (identity.user, identity.host)
+        ).fetchone()
+        return None if row is None else (str(row[0]),)
+
+    def _insert_user(self, identity: Identity, password_hash: str) -> None:
+        self._conn.execute(
+            "INSERT INTO users VALUES (?, ?, ?, ?)", (identity.user, identity.host, password_hash, time.time())
+        )
+
+    def _require_user(self, identity: Identity) -> None:
+        if self._user_row(identity) is None:
+            raise DorisError(f"user {identity} does not exist")
+
+    def _require_role(self, role: str) -> None:
+        if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
+            raise DorisError(f"role: {role} does not exist")
+
+    def _require_grantee(self, user: Identity | None, role: str | None) -> None:
+        if role is not None:
+            self._require_role(role)
+        elif user is not None:
+            self._require_user(user)
+
+    @staticmethod
+    def _grantee(user: Identity | None, role: str | None) -> tuple[str, bool]:
+        if (user is None) == (role is None):
+            raise ValueError("a grant goes to one user or one role")
+        return (role, True) if role is not None else (str(user), False)
+
+    @staticmethod
+    def _check_level(privs: Priv, scope: Scope) -> None:
+        if privs & GLOBAL_ONLY and not scope.is_global:
+            raise DorisError("ADMIN_PRIV and NODE_PRIV can only be granted/revoke on/from *.*.*")
+
+    def _held(self, grantee: str, is_role: bool, scope: Scope) -> Priv:
+        row = self._conn.execute(
+            "SELECT privs FROM grants WHERE grantee = ? AND is_role = ? AND db = ? AND tbl = ?",
+            (grantee, is_role, scope.db, scope.table),
+        ).fetchone()
+        return NONE if row is None else Priv(row[0])
+
+    def _put_grant(self, grantee: str, is_role: bool, scope: Scope, privs: Priv) -> None:
+        if privs == NONE:
+            self._conn.execute(
+                "DELETE FROM grants WHERE grantee = ? AND is_role = ? AND db = ? AND tbl = ?",
+                (grantee, is_role, scope.db, scope.table),
+            )
+            return
+        self._conn.execute(
+            "INSERT OR REPLACE INTO grants VALUES (?, ?, ?, ?, ?)",
+            (grantee, is_role, scope.db, scope.table, privs.value),
+        )
+
+
+@dataclass
+class _Transaction:
+    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's lock; rolled back on any exception."""
+
+    conn: sqlite3.Connection
+    lock: threading.Lock
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
+        finally:
+            self.lock.release()
