@@ -45,9 +45,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def collected() -> dict[str, str]:
     """node id → its tier markers, comma-separated, as a fresh `pytest --collect-only` of the KNOWN files marks."""
     files = sorted({test.split("::")[0] for test in KNOWN})
+    plugins = ["-p", "tests.test_markers", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]  # the last: 1 s
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "tests.test_markers", "-p", "no:cacheprovider"]
-        + files,
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *plugins, *files],
         cwd=ROOT,
         capture_output=True,
         text=True,
