@@ -1,11 +1,12 @@
 # `make run` installs everything and starts the server on the embedded defaults;
-# `make test` installs what the tests need and runs the suite.
+# `make test` installs what the tests need, lints and type-checks, and runs the suite;
+# `make test-fast` runs the unit tier only (no JVM, seconds); `make lint` is ruff and mypy alone.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench openapi clean
+.PHONY: install run test test-fast lint bench openapi clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +23,21 @@ run: install
 	$(PY) -m app
 
 # the mysql client tests run when the client is there; as root on Debian, `make test` installs it
-test: install
+test: install lint
 	@command -v mysql >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends default-mysql-client-core \
 	  >/dev/null 2>&1 || echo "mysql client not installed: the tests that use it are skipped"
 	$(PY) -m pytest -q
+
+# the tests marked `unit` (tests/conftest.py marks every test from the fixtures it uses): no Spark, no server
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m unit
+
+# ruff's lint rules and formatting, mypy strict (both configured in pyproject.toml)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 bench: install
 	$(PY) bench/bulk.py

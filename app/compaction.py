@@ -14,7 +14,6 @@ from starlette.responses import Response
 from app.auth import fe_auth_failure
 from app.deps import Services, ServicesDep
 from app.responses import fe_unauthorized
-from sql.admin import compaction_status, trigger_compaction
 
 router = APIRouter()
 log = logging.getLogger("app")
@@ -38,6 +37,8 @@ async def run(
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
+    from sql.admin import trigger_compaction  # loads pyspark: not at import time
+
     return be_json(await run_in_threadpool(trigger_compaction, services.sql.compactor, tablet, compact_type.lower()))
 
 
@@ -48,6 +49,8 @@ async def show(request: Request, services: ServicesDep, tablet_id: str | None = 
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
+    from sql.admin import compaction_status  # loads pyspark: not at import time
+
     return be_json(await run_in_threadpool(compaction_status, services.sql.compactor, tablet))
 
 

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
 from app.lifecycle import LoadGate
 from app.settings import Settings
-from spark_runner.group_commit import GroupCommitter
-from spark_runner.service import LoadService
-from spark_runner.supervisor import SparkHandle
-from sql.executor import SqlExecutor
-from tables.catalog import Catalog
 from tables.pause import PausePoints
-from tables.transactions import TransactionStore
-from tables.twophase import TwoPhase
+
+if TYPE_CHECKING:  # these load pyspark / pyiceberg: the app imports them only when it builds the services
+    from spark_runner.group_commit import GroupCommitter
+    from spark_runner.service import LoadService
+    from spark_runner.supervisor import SparkHandle
+    from sql.executor import SqlExecutor
+    from tables.catalog import Catalog
+    from tables.transactions import TransactionStore
+    from tables.twophase import TwoPhase
 
 
 @dataclass

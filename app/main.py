@@ -18,7 +18,6 @@ from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
 from app.responses import unexpected_error
 from app.settings import Settings
-from tables.rowsets import rowsets_per_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -157,6 +156,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from tables.rowsets import rowsets_per_table  # loads pyiceberg: not at import time
+
         services = await run_in_threadpool(build_services, settings, spark)
         services.gate = app.state.gate
         app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))

@@ -320,7 +320,7 @@ MAX_DEPTH = 32  # Doris allows 3000 (expr_depth_limit); sqlglot's parser recurse
 TOO_DEEP = f"Exceeded the maximum depth of an expression tree ({MAX_DEPTH})."
 
 
-def _parse_select(text: str, *, header: str) -> exp.Expression:
+def _parse_select(text: str, *, header: str) -> exp.Expr:
     """`SELECT <text>` parsed, no deeper than MAX_DEPTH.
 
     Raises:

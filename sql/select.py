@@ -113,7 +113,7 @@ def check_query_functions(tree: exp.Expression) -> None:
 def _visible_ctes(table: exp.Table) -> set[str]:
     """CTE names in scope where the table stands: those of enclosing WITHs, earlier siblings only inside a CTE."""
     names: set[str] = set()
-    child: exp.Expression = table
+    child: exp.Expr = table
     node = table.parent
     while node is not None:
         with_ = node.args.get("with_") or node.args.get("with")
@@ -263,7 +263,7 @@ def _arguments(node: exp.Func) -> list[exp.Expression]:
     return out
 
 
-def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expression:
+def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expr:
     bound, kind = _GROWTH[name]
     args = [a.sql(dialect="spark", comments=False) for a in _arguments(node)]
     if not args:
@@ -306,7 +306,7 @@ def _check_static_growth(node: exp.Func, name: str, limits: QueryLimits) -> None
                 )
 
 
-def cap_growth(tree: exp.Expression, limits: QueryLimits) -> exp.Expression:
+def cap_growth(tree: exp.Expr, limits: QueryLimits) -> exp.Expr:
     """The tree with every growing call bounded (innermost first, so a nested call sees its capped inputs).
 
     Raises:
@@ -329,7 +329,7 @@ def cap_growth(tree: exp.Expression, limits: QueryLimits) -> exp.Expression:
     return tree
 
 
-def query_sql(tree: exp.Expression) -> str:
+def query_sql(tree: exp.Expr) -> str:
     """The Spark SQL text of a checked, bound tree (comments dropped: they are never passed on)."""
     return tree.sql(dialect="spark", comments=False)
 

@@ -147,7 +147,7 @@ def resolve_sources(paths: Iterable[str], policy: SourcePolicy, table: str) -> l
 
 def _resolve_pattern(pattern: str, policy: SourcePolicy) -> list[str]:
     scheme = _scheme(pattern)
-    if scheme not in (None, "file"):
+    if scheme is not None and scheme != "file":
         return [_check_uri(pattern, scheme, policy)]
     local = _strip_file_scheme(pattern) if scheme == "file" else pattern
     if not policy.local_roots:  # before any file system access: nothing local is readable
@@ -180,7 +180,7 @@ def _glob_inside(pattern: Path, policy: SourcePolicy) -> list[Path]:
         if not glob.has_magic(part):
             candidates = [c / part for c in candidates]
             continue
-        found = []
+        found: list[Path] = []
         for folder in candidates:
             real = policy.check_local_file(folder if folder != Path(pattern.anchor) else pattern)
             if real.is_dir():

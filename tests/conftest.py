@@ -1,12 +1,16 @@
-"""Shared fixtures: one SparkSession per run, one real server on a free loopback port, a database per test."""
+"""Shared fixtures: one SparkSession per run, one real server on a free loopback port, a database per test; and
+the test tiers, read from the fixtures each test uses.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +95,52 @@ def db(doris: DorisClient) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     # pyspark emits DeprecationWarnings from its own modules on import; ours must stay clean
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="pyspark")
+
+
+# --- test tiers ----------------------------------------------------------------------------------------------
+# Every test gets exactly one tier marker (registered in pyproject.toml), the heaviest thing its fixtures start,
+# so no test file has to carry one; `make test-fast` runs `-m unit`. A marker written on a test wins.
+#   process  a server in a process of its own (`python -m app`, with its own JVM): a fixture that starts one
+#            (it names `ServerProcess` from tests/server_process.py, or `Popen`)
+#   server   the app served in this process: `base_url` (and `doris`, `db`, `mysql_port` above it), or a fixture
+#            that serves an app of its own with tests.helpers.serving
+#   spark    the run's SparkSession (the `spark` fixture, and whatever is built on it)
+#   unit     none of these: no JVM, no server
+TIERS = ("process", "server", "spark", "unit")  # heaviest first
+PROCESS_NAMES = frozenset({"ServerProcess", "Popen"})
+SERVER_NAMES = frozenset({"serving"})
+
+
+def _names_used(fixturedef: Any) -> frozenset[str]:
+    """The global and attribute names a fixture's own body uses (`ServerProcess(...)`, `subprocess.Popen(...)`)."""
+    code = getattr(inspect.unwrap(fixturedef.func), "__code__", None)
+    return frozenset(code.co_names) if code is not None else frozenset()
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The tier of a collected test: its own tier marker, or the heaviest tier its fixtures (all of them, the ones
+    it asks for and the ones those ask for) belong to."""
+    for marker in item.iter_markers():
+        if marker.name in TIERS:
+            return marker.name
+    fixturenames: list[str] = getattr(item, "fixturenames", [])
+    # pytest's own record of which definition serves each name; the last one wins where a module overrides
+    name2defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    used: set[str] = set()
+    for name in fixturenames:
+        if name2defs.get(name):
+            used |= _names_used(name2defs[name][-1])
+    if used & PROCESS_NAMES:
+        return "process"
+    if "base_url" in fixturenames or used & SERVER_NAMES:
+        return "server"
+    if "spark" in fixturenames:
+        return "spark"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item)
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(tier)

@@ -176,12 +176,7 @@ def test_seed_000_sessions_run_over_mysql(conn) -> None:  # type: ignore[no-unty
                 cur.execute("DROP TABLE upsert_test")  # both parts create upsert_test
                 stmt = re.sub(r",\s*\)\s*ENGINE", "\n) ENGINE", stmt)  # the trailing comma of the second CREATE
             creates += 1
-        try:
-            count = cur.execute(stmt)
-        except pymysql.err.MySQLError as exc:
-            if re.search(r"sequence[ _]mapping", str(exc), re.IGNORECASE):
-                pytest.xfail(f"sequence_mapping lands with issue 5: {exc}")
-            raise
+        count = cur.execute(stmt)
         if affected is not None:
             assert count == affected, stmt
         if printed is None:
@@ -260,8 +255,6 @@ def test_seed_000_sessions_run_through_the_mysql_client(mysql_port: int, db: str
         if printed is not None:
             expected.append(parse_table(printed))
     done = mysql_cli(mysql_port, db, ";\n".join(statements) + ";\n")
-    if re.search(r"sequence[ _]mapping", done.stderr, re.IGNORECASE):
-        pytest.xfail(f"sequence_mapping lands with issue 5: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     got = printed_tables(done.stdout)
     # DESC's Type column: the seed prints Doris's short names (`int`, `bigint`)
