@@ -38,7 +38,7 @@ async def run(
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
-    return be_json(await run_in_threadpool(trigger_compaction, services.sql.compactor, tablet, compact_type.lower()))
+    return be_json(await run_in_threadpool(trigger_compaction, services.compactor, tablet, compact_type.lower()))
 
 
 @router.get("/api/compaction/show")
@@ -48,7 +48,7 @@ async def show(request: Request, services: ServicesDep, tablet_id: str | None = 
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
-    return be_json(await run_in_threadpool(compaction_status, services.sql.compactor, tablet))
+    return be_json(await run_in_threadpool(compaction_status, services.compactor, tablet))
 
 
 async def compaction_loop(services: Services) -> None:
@@ -57,7 +57,7 @@ async def compaction_loop(services: Services) -> None:
     while interval > 0:
         await asyncio.sleep(interval)
         try:
-            done = await run_in_threadpool(services.sql.compactor.run_background_pass)
+            done = await run_in_threadpool(services.compactor.run_background_pass)
             if done:
                 log.info("background compaction: %d tables compacted", len(done))
         except Exception:  # compaction must never take the server down
