@@ -14,7 +14,6 @@ from starlette.responses import Response
 from app.auth import fe_auth_failure
 from app.deps import Services, ServicesDep
 from app.responses import fe_unauthorized
-from sql.admin import compaction_status, trigger_compaction
 
 router = APIRouter()
 log = logging.getLogger("app")
@@ -35,6 +34,8 @@ async def run(
 ) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
+    from sql.admin import trigger_compaction  # imports pyspark: not when the app module is imported
+
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
@@ -45,6 +46,8 @@ async def run(
 async def show(request: Request, services: ServicesDep, tablet_id: str | None = None) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
+    from sql.admin import compaction_status  # imports pyspark: not when the app module is imported
+
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})

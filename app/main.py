@@ -19,7 +19,6 @@ from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
 from app.responses import unexpected_error
 from app.settings import Settings
-from tables.rowsets import rowsets_per_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -182,6 +181,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from tables.rowsets import rowsets_per_table  # imports pyiceberg: not when the app module is imported
+
         services = await run_in_threadpool(
             partial(
                 build_services,

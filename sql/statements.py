@@ -15,7 +15,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sql import admin, catalog_statements, show
+from sql.admin import admin_compact, parse_admin_compact, parse_show_tablets, show_tablets
+from sql.catalog_statements import (
+    alter_table,
+    create_database,
+    create_table,
+    drop_database,
+    drop_table,
+    parse_alter_table,
+    parse_create,
+    parse_create_database,
+    parse_drop_database,
+    parse_drop_table,
+    parse_truncate,
+    parse_use,
+    truncate,
+    use,
+)
 from sql.context import SqlContext
 from sql.delete import parse_delete, run_delete
 from sql.insert import parse_insert, run_insert
@@ -24,6 +40,23 @@ from sql.routine_load import is_routine_load
 from sql.routine_load_commands import run_routine_load_statement
 from sql.select import parse_query, run_select
 from sql.session import Session, parse_set, run_set
+from sql.show import (
+    SHOW_NOT_SUPPORTED,
+    describe,
+    parse_describe,
+    parse_nothing,
+    parse_show_alter,
+    parse_show_create,
+    parse_show_in,
+    parse_show_jobs,
+    show_alter,
+    show_create,
+    show_databases,
+    show_delete,
+    show_load,
+    show_tables,
+    show_transaction,
+)
 from sql.tokens import Cursor
 from sql.update import parse_update, run_update
 from tables.errors import SqlError
@@ -54,7 +87,7 @@ def of_text(parse: Callable[[str], S]) -> Callable[[Cursor, str], S]:
     return lambda cur, current_db: parse(cur.text)
 
 
-def text_of(cur: Cursor, current_db: str) -> str:
+def unparsed(cur: Cursor, current_db: str) -> str:
     """The statement as it is: its handler parses it (the load statements' own modules)."""
     return cur.text
 
@@ -80,76 +113,37 @@ def not_supported(first: str) -> str:
     return f"{first} statements are not supported by this server yet"
 
 
-def _statement(
-    name: str, matches: Callable[[Cursor], bool], parse: Callable[[Cursor, str], S], run: Callable[..., Any]
-) -> StatementKind[Any]:
-    return StatementKind(name, matches, parse, run)
+def show_maybe_full(word: str) -> Callable[[Cursor], bool]:
+    """`SHOW [FULL] <word>`."""
+    return either(starts("SHOW", word), starts("SHOW", "FULL", word))
 
 
 STATEMENTS: tuple[StatementKind[Any], ...] = (
-    _statement("ROUTINE LOAD", is_routine_load, text_of, routine_load),
-    _statement(
-        "CREATE DATABASE",
-        starts("CREATE", ("DATABASE", "SCHEMA")),
-        catalog_statements.parse_create_database,
-        catalog_statements.create_database,
-    ),
-    _statement(
-        "CREATE TABLE",
-        starts("CREATE", ("TABLE", "EXTERNAL")),
-        catalog_statements.parse_create,
-        catalog_statements.create_table,
-    ),
-    _statement(
-        "DROP DATABASE",
-        starts("DROP", ("DATABASE", "SCHEMA")),
-        catalog_statements.parse_drop_database,
-        catalog_statements.drop_database,
-    ),
-    _statement(
-        "DROP TABLE", starts("DROP", "TABLE"), catalog_statements.parse_drop_table, catalog_statements.drop_table
-    ),
-    _statement("TRUNCATE", starts("TRUNCATE"), catalog_statements.parse_truncate, catalog_statements.truncate),
-    _statement("SHOW DATABASES", starts("SHOW", ("DATABASES", "SCHEMAS")), show.parse_nothing, show.show_databases),
-    _statement("SHOW CREATE TABLE", starts("SHOW", "CREATE", "TABLE"), show.parse_show_create, show.show_create),
-    _statement(
-        "SHOW ALTER TABLE COLUMN", starts("SHOW", "ALTER", "TABLE", "COLUMN"), show.parse_show_alter, show.show_alter
-    ),
-    _statement("SHOW DELETE", starts("SHOW", "DELETE"), show.parse_show_in, show.show_delete),
-    _statement(
-        "SHOW TABLETS", starts("SHOW", ("TABLETS", "TABLET"), "FROM"), admin.parse_show_tablets, admin.show_tablets
-    ),
-    _statement(
-        "SHOW TABLES",
-        either(starts("SHOW", "TABLES"), starts("SHOW", "FULL", "TABLES")),
-        show.parse_show_in,
-        show.show_tables,
-    ),
-    _statement(
-        "SHOW LOAD",
-        either(starts("SHOW", "LOAD"), starts("SHOW", "FULL", "LOAD")),
-        show.parse_show_jobs,
-        show.show_load,
-    ),
-    _statement(
-        "SHOW TRANSACTION",
-        either(starts("SHOW", "TRANSACTION"), starts("SHOW", "FULL", "TRANSACTION")),
-        show.parse_show_jobs,
-        show.show_transaction,
-    ),
-    _statement("DESCRIBE", starts(("DESC", "DESCRIBE")), show.parse_describe, show.describe),
-    _statement("USE", starts("USE"), catalog_statements.parse_use, catalog_statements.use),
-    _statement("SET", starts("SET"), of_text(parse_set), run_set),
-    _statement("INSERT", starts("INSERT"), of_text(parse_insert), run_insert),
-    _statement("SELECT", starts(("SELECT", "WITH", "(")), of_text(parse_query), run_select),
-    _statement("UPDATE", starts("UPDATE"), of_text(parse_update), run_update),
-    _statement(
-        "ALTER TABLE", starts("ALTER", "TABLE"), catalog_statements.parse_alter_table, catalog_statements.alter_table
-    ),
-    _statement("DELETE", starts("DELETE"), of_text(parse_delete), run_delete),
-    _statement("LOAD", starts("LOAD"), text_of, broker_load),
-    _statement("CANCEL LOAD", starts("CANCEL", "LOAD"), text_of, cancel_load),
-    _statement("ADMIN COMPACT", starts("ADMIN", "COMPACT"), admin.parse_admin_compact, admin.admin_compact),
+    StatementKind("ROUTINE LOAD", is_routine_load, unparsed, routine_load),
+    StatementKind("CREATE DATABASE", starts("CREATE", ("DATABASE", "SCHEMA")), parse_create_database, create_database),
+    StatementKind("CREATE TABLE", starts("CREATE", ("TABLE", "EXTERNAL")), parse_create, create_table),
+    StatementKind("DROP DATABASE", starts("DROP", ("DATABASE", "SCHEMA")), parse_drop_database, drop_database),
+    StatementKind("DROP TABLE", starts("DROP", "TABLE"), parse_drop_table, drop_table),
+    StatementKind("TRUNCATE", starts("TRUNCATE"), parse_truncate, truncate),
+    StatementKind("SHOW DATABASES", starts("SHOW", ("DATABASES", "SCHEMAS")), parse_nothing, show_databases),
+    StatementKind("SHOW CREATE TABLE", starts("SHOW", "CREATE", "TABLE"), parse_show_create, show_create),
+    StatementKind("SHOW ALTER TABLE COLUMN", starts("SHOW", "ALTER", "TABLE", "COLUMN"), parse_show_alter, show_alter),
+    StatementKind("SHOW DELETE", starts("SHOW", "DELETE"), parse_show_in, show_delete),
+    StatementKind("SHOW TABLETS", starts("SHOW", ("TABLETS", "TABLET"), "FROM"), parse_show_tablets, show_tablets),
+    StatementKind("SHOW TABLES", show_maybe_full("TABLES"), parse_show_in, show_tables),
+    StatementKind("SHOW LOAD", show_maybe_full("LOAD"), parse_show_jobs, show_load),
+    StatementKind("SHOW TRANSACTION", show_maybe_full("TRANSACTION"), parse_show_jobs, show_transaction),
+    StatementKind("DESCRIBE", starts(("DESC", "DESCRIBE")), parse_describe, describe),
+    StatementKind("USE", starts("USE"), parse_use, use),
+    StatementKind("SET", starts("SET"), of_text(parse_set), run_set),
+    StatementKind("INSERT", starts("INSERT"), of_text(parse_insert), run_insert),
+    StatementKind("SELECT", starts(("SELECT", "WITH", "(")), of_text(parse_query), run_select),
+    StatementKind("UPDATE", starts("UPDATE"), of_text(parse_update), run_update),
+    StatementKind("ALTER TABLE", starts("ALTER", "TABLE"), parse_alter_table, alter_table),
+    StatementKind("DELETE", starts("DELETE"), of_text(parse_delete), run_delete),
+    StatementKind("LOAD", starts("LOAD"), unparsed, broker_load),
+    StatementKind("CANCEL LOAD", starts("CANCEL", "LOAD"), unparsed, cancel_load),
+    StatementKind("ADMIN COMPACT", starts("ADMIN", "COMPACT"), parse_admin_compact, admin_compact),
 )
 
 
@@ -164,7 +158,7 @@ def statement_kind(cur: Cursor) -> StatementKind[Any]:
             return kind
     first = cur.word()
     if first == "SHOW":
-        raise SqlError(show.SHOW_NOT_SUPPORTED)
+        raise SqlError(SHOW_NOT_SUPPORTED)
     if first in ("ALTER", "LOAD", "ADMIN", "CANCEL"):
         raise SqlError(not_supported(first))
     words = cur.text.split()
