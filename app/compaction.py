@@ -34,24 +34,24 @@ async def run(
 ) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
+    from sql.admin import trigger_compaction  # imports pyspark: not when the app module is imported
+
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
-    from sql.admin import trigger_compaction  # loads pyspark: not at import time
-
-    return be_json(await run_in_threadpool(trigger_compaction, services.sql.compactor, tablet, compact_type.lower()))
+    return be_json(await run_in_threadpool(trigger_compaction, services.compactor, tablet, compact_type.lower()))
 
 
 @router.get("/api/compaction/show")
 async def show(request: Request, services: ServicesDep, tablet_id: str | None = None) -> Response:
     if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
         return fe_unauthorized(refused)
+    from sql.admin import compaction_status  # imports pyspark: not when the app module is imported
+
     tablet = _tablet_id(tablet_id)
     if tablet is None:
         return be_json({"status": "Fail", "msg": "invalid argument: tablet_id"})
-    from sql.admin import compaction_status  # loads pyspark: not at import time
-
-    return be_json(await run_in_threadpool(compaction_status, services.sql.compactor, tablet))
+    return be_json(await run_in_threadpool(compaction_status, services.compactor, tablet))
 
 
 async def compaction_loop(services: Services) -> None:
@@ -60,7 +60,7 @@ async def compaction_loop(services: Services) -> None:
     while interval > 0:
         await asyncio.sleep(interval)
         try:
-            done = await run_in_threadpool(services.sql.compactor.run_background_pass)
+            done = await run_in_threadpool(services.compactor.run_background_pass)
             if done:
                 log.info("background compaction: %d tables compacted", len(done))
         except Exception:  # compaction must never take the server down

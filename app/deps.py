@@ -2,37 +2,46 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
 from app.lifecycle import LoadGate
 from app.settings import Settings
-from tables.pause import PausePoints
 
-if TYPE_CHECKING:  # these load pyspark / pyiceberg: the app imports them only when it builds the services
+if TYPE_CHECKING:  # the services import pyspark: the app loads them in the lifespan, not at import time
+    from spark_runner.compaction import Compactor
     from spark_runner.group_commit import GroupCommitter
+    from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from spark_runner.supervisor import SparkHandle
+    from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
+    from tables.pause import PausePoints
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
 
 
-@dataclass
+@dataclass(frozen=True)
 class Services:
+    """The server's one registry: every long-lived object, built together by `app.main.build_services` (nothing
+    is attached later; the SQL executor gets its own dependencies at construction, not through here)."""
+
     settings: Settings
+    spark: SparkHandle  # the replaceable Spark session; its JVM's state is the backend's health
     catalog: Catalog
     txns: TransactionStore
+    pauses: PausePoints
     loads: LoadService
+    group_commit: GroupCommitter
+    two_phase: TwoPhase
+    compactor: Compactor
+    routine_loads: RoutineLoadManager
+    broker_loads: BrokerLoads
     sql: SqlExecutor
-    pauses: PausePoints = field(default_factory=PausePoints)
-    gate: LoadGate = field(default_factory=LoadGate)
-    two_phase: TwoPhase | None = None
-    group_commit: GroupCommitter | None = None
-    spark: SparkHandle | None = None  # the replaceable Spark session; its JVM's state is the backend's health
+    gate: LoadGate
 
 
 def get_services(request: Request) -> Services:

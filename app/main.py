@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
@@ -22,11 +23,20 @@ from app.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_runner.compaction import CompactionResult
+
 log = logging.getLogger("app")
 
 
-def build_services(settings: Settings, spark: SparkSession | None) -> Services:
-    """Create the SparkSession (unless given), catalog, transaction table, writer and services."""
+def build_services(
+    settings: Settings,
+    spark: SparkSession | None,
+    *,
+    gate: LoadGate | None = None,
+    on_compaction: Callable[[CompactionResult], None] | None = None,
+) -> Services:
+    """Create the SparkSession (unless given), catalog, transaction table, writer and every service, recover
+    what a stop left unfinished, and return them as the one `Services`."""
     from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
@@ -34,8 +44,8 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
     from spark_runner.session import build_session
     from spark_runner.supervisor import SparkHandle
     from sql.broker_load import BrokerLoads
+    from sql.context import QueryLimits
     from sql.executor import SqlExecutor
-    from sql.select import QueryLimits
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
@@ -69,7 +79,7 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         promotion_bytes=settings.compaction_promotion_bytes,
         base_min_rowsets=settings.compaction_base_min_rowsets,
     )
-    compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy)
+    compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy, on_compaction=on_compaction)
     routine_loads = RoutineLoadManager(
         loads=loads,
         store=RoutineLoadStore(data_dir / "transactions.db"),
@@ -79,53 +89,68 @@ def build_services(settings: Settings, spark: SparkSession | None) -> Services:
         cert_dir=settings.kafka_cert_dir,
     )
     routine_loads.start()  # after recover_prepared: batches a crash left undecided are resolved first
-    executor = SqlExecutor(
-        spark=spark,
-        catalog=catalog,
-        loads=loads,
-        writer=writer,
-        row_limit=settings.sql_row_limit,
-        routine_loads=routine_loads,
-        compactor=compactor,
-        address=f"{settings.host}:{settings.port}",
-        limits=QueryLimits(
-            max_string_bytes=settings.sql_max_string_bytes, max_generated_rows=settings.sql_max_generated_rows
-        ),
-        max_statements=settings.sql_max_statements,
-    )
-    two_phase = TwoPhase(catalog=catalog, txns=txns, writer=writer)
-    two_phase.recover_committed()
-    services = Services(
-        settings=settings, catalog=catalog, txns=txns, loads=loads, sql=executor, pauses=writer.pauses, spark=handle
-    )
-    services.two_phase = two_phase
-    services.group_commit = GroupCommitter(
-        loads=loads,
-        data_dir=data_dir,
-        interval_ms=settings.group_commit_interval_ms,
-        max_loads=settings.group_commit_max_loads,
-        retry_num=settings.group_commit_replay_wal_retry_num,
-        retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
-    )
     # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
     server_roots = [
         data_dir,
         settings.resolved_warehouse,
         *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
     ]
-    executor.broker_loads = BrokerLoads(
+    broker_loads = BrokerLoads(
         loads=loads,
         data_dir=data_dir,
         sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
         max_waiting_jobs=settings.broker_max_waiting_jobs,
         concurrency=settings.broker_load_concurrency,
     )
-    resumed, cancelled = executor.broker_loads.recover()
+    services = Services(
+        settings=settings,
+        spark=handle,
+        catalog=catalog,
+        txns=txns,
+        pauses=writer.pauses,
+        loads=loads,
+        group_commit=GroupCommitter(
+            loads=loads,
+            data_dir=data_dir,
+            interval_ms=settings.group_commit_interval_ms,
+            max_loads=settings.group_commit_max_loads,
+            retry_num=settings.group_commit_replay_wal_retry_num,
+            retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
+        ),
+        two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
+        compactor=compactor,
+        routine_loads=routine_loads,
+        broker_loads=broker_loads,
+        sql=SqlExecutor(
+            spark=spark,
+            catalog=catalog,
+            loads=loads,
+            writer=writer,
+            row_limit=settings.sql_row_limit,
+            routine_loads=routine_loads,
+            broker_loads=broker_loads,
+            compactor=compactor,
+            address=f"{settings.host}:{settings.port}",
+            limits=QueryLimits(
+                max_string_bytes=settings.sql_max_string_bytes, max_generated_rows=settings.sql_max_generated_rows
+            ),
+            max_statements=settings.sql_max_statements,
+        ),
+        gate=gate or LoadGate(),
+    )
+    recover(services)
+    return services
+
+
+def recover(services: Services) -> None:
+    """Finish what the last stop interrupted: committed 2PC loads, broker load jobs, acknowledged async
+    group-commit loads (in this order, after `recover_prepared` and the routine loads' start)."""
+    services.two_phase.recover_committed()
+    resumed, cancelled = services.broker_loads.recover()
     if resumed or cancelled:
         log.info("broker loads interrupted by the stop: %d resumed, %d cancelled", resumed, cancelled)
     if replayed := services.group_commit.replay_wal():
         log.info("replaying %d acknowledged async group-commit loads", replayed)
-    return services
 
 
 async def maintenance_loop(services: Services) -> None:
@@ -156,13 +181,18 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from tables.rowsets import rowsets_per_table  # loads pyiceberg: not at import time
+        from tables.rowsets import rowsets_per_table  # imports pyiceberg: not when the app module is imported
 
-        services = await run_in_threadpool(build_services, settings, spark)
-        services.gate = app.state.gate
+        services = await run_in_threadpool(
+            partial(
+                build_services,
+                settings,
+                spark,
+                gate=app.state.gate,
+                on_compaction=lambda _result: app.state.metrics.record_compaction(),
+            )
+        )
         app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))
-        if services.sql.compactor is not None:
-            services.sql.compactor.on_compaction = lambda _result: app.state.metrics.record_compaction()
         app.state.services = services
         mysql = await start_mysql_server(
             services.sql,
@@ -176,8 +206,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         )
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
-        if services.spark is not None:
-            services.spark.watch()
+        services.spark.watch()
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
@@ -187,11 +216,9 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             task.cancel()
             mysql.close()
             timeouts.cancel()
-            if services.sql.routine_loads is not None:
-                await run_in_threadpool(services.sql.routine_loads.close)
+            await run_in_threadpool(services.routine_loads.close)
             compacting.cancel()
-            if services.spark is not None:
-                await run_in_threadpool(services.spark.close)
+            await run_in_threadpool(services.spark.close)
             services.txns.close()
 
     app = FastAPI(
@@ -205,6 +232,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         openapi_url=None,
     )
     openapi.install(app)
+    # errors no route caught, rendered in Doris's shape (app/responses.py)
     app.add_exception_handler(Exception, unexpected_error)
     app.state.gate = LoadGate()
     app.state.metrics = metrics.LoadMetrics()

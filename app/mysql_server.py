@@ -4,7 +4,8 @@ One connection is one `sql.session.Session`, so `USE` and `SET show_hidden_colum
 disconnects. Statements go to the same `SqlExecutor` the HTTP SQL endpoint uses; what a MySQL client sends for
 its own bookkeeping (`SET NAMES`, `SET autocommit`, `SELECT @@version_comment`, `SELECT DATABASE()`,
 `SHOW VARIABLES`, `COMMIT`, ...) is answered by mysql-mimic's session. Failures become MySQL error packets
-with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...`.
+with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...`, all through one mapping
+(`mysql_errors`, at the two entry points mysql-mimic calls: `handle_query` and `use`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import hmac
 import inspect
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
@@ -43,7 +45,7 @@ from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
 from sql.session import check_statement_count
 from sql.tokens import Cursor, split_statements
-from tables.errors import SqlError
+from tables.errors import DorisError, SqlError
 
 if TYPE_CHECKING:
     from sql.executor import SqlExecutor
@@ -91,9 +93,20 @@ _CLIENT_FUNCTIONS = re.compile(
 )
 
 
-def doris_error(exc: SqlError) -> MysqlError:
-    """A statement failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`."""
-    return MysqlError(exc.doris_message, code=ErrorCode.UNKNOWN_ERROR)
+def doris_error(exc: DorisError) -> MysqlError:
+    """A failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`."""
+    detail = exc if isinstance(exc, SqlError) else SqlError(exc.message)
+    return MysqlError(detail.doris_message, code=ErrorCode.UNKNOWN_ERROR)
+
+
+@contextmanager
+def mysql_errors() -> Iterator[None]:
+    """The one MySQL error mapping: every `DorisError` raised inside becomes its error packet (`doris_error`);
+    MysqlErrors (mysql-mimic's own answers) pass as they are."""
+    try:
+        yield
+    except DorisError as exc:
+        raise doris_error(exc) from None
 
 
 def result_columns(columns: list[tuple[str, str]]) -> list[ResultColumn]:
@@ -128,31 +141,24 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
 
     async def handle_query(self, sql: str, attrs: dict[str, str]) -> AllowedResult:
         self.affected_rows = 0
-        try:
+        with mysql_errors():
             statements = split_statements(sql)
-        except SqlError as exc:
-            raise doris_error(exc) from None
-        if not statements:
-            raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
-        try:
+            if not statements:
+                raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
             check_statement_count(len(statements), self.max_statements)
-        except SqlError as exc:
-            raise doris_error(exc) from None
-        result: AllowedResult = None
-        for stmt in statements:
-            result = await self._statement(stmt, attrs)
-        return result
+            result: AllowedResult = None
+            for stmt in statements:
+                result = await self._statement(stmt, attrs)
+            return result
 
     async def use(self, database: str) -> None:
         """`USE db` and COM_INIT_DB (`mysql -D db`, pymysql's `database=`): the database must exist."""
-        await self._doris(f"USE `{database}`")
+        with mysql_errors():
+            await self._doris(f"USE `{database}`")
 
     async def _statement(self, stmt: str, attrs: dict[str, str]) -> AllowedResult:
-        try:
-            cur = Cursor(stmt)
-            first, second = cur.word(), cur.word(1)
-        except SqlError as exc:
-            raise doris_error(exc) from None
+        cur = Cursor(stmt)
+        first, second = cur.word(), cur.word(1)
         if first in _MIMIC_FIRST_WORDS or (first == "SHOW" and second not in _DORIS_SHOW):
             return await super().handle_query(stmt, attrs)
         if first == "SET":
@@ -184,18 +190,13 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
         return None
 
     async def _doris(self, stmt: str) -> AllowedResult:
-        try:
-            result = await self._run(stmt)
-        except SqlError as exc:
-            raise doris_error(exc) from None
+        result = await self._run(stmt)
         if isinstance(result, ExecStatus):
             self.affected_rows = result.affected_rows
             return None
         assert isinstance(result, SqlResultSet)
         if len(result.rows) > self.max_rows:
-            raise doris_error(
-                SqlError(f"Result set has more than {self.max_rows} rows (SL_MYSQL_MAX_RESULT_ROWS): add a LIMIT")
-            )
+            raise SqlError(f"Result set has more than {self.max_rows} rows (SL_MYSQL_MAX_RESULT_ROWS): add a LIMIT")
         return ResultSet(rows=result.rows, columns=result_columns(result.columns))
 
     async def _run(self, stmt: str) -> StatementResult:

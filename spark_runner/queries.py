@@ -1,10 +1,15 @@
-"""Merge-on-read queries: each table becomes a view of its merged rows, then Spark runs the SELECT."""
+"""Merge-on-read queries: each table becomes a view of its merged rows, then Spark runs the SELECT.
+
+The Spark side of `sql/`: the statements there check and bind their trees, and everything that touches Spark
+(views, `spark.sql`, collecting rows, cancelling a statement's jobs and wording its errors) happens here.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
 import logging
+import re
 import threading
 import time
 import uuid
@@ -12,13 +17,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_runner.merge import merge_rows
 from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sql
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
+from tables.errors import DorisError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 
 log = logging.getLogger(__name__)
@@ -64,6 +72,72 @@ def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool =
         df = df.where(f"{q(DELETE_SIGN)} = 0")
     columns = list(table.columns) + (list(table.shown_hidden_columns()) if show_hidden else [])
     return df.selectExpr(*[f"CAST({q(c.name)} AS {value_type_sql(c.type)}) AS {q(c.name)}" for c in columns])
+
+
+class QueryViews:
+    """The temporary views one statement's queries read, each a table's merged rows; dropped on exit.
+
+    `sql.select.bind_tables` asks for a view per table reference and rewrites the tree to read it; the checked,
+    rendered query then runs here (`frame`).
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.names: list[str] = []
+
+    def __enter__(self) -> QueryViews:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.drop()
+
+    def merged_view(self, handle: TableHandle, *, show_hidden: bool) -> str:
+        """A new view of the table's merged rows (`merged_rows`); returns its name."""
+        view = f"__v_{uuid.uuid4().hex}"
+        merged_rows(self.spark, handle, show_hidden=show_hidden).createOrReplaceTempView(view)
+        self.names.append(view)
+        return view
+
+    def frame(self, text: str, *, names_from: str) -> DataFrame:
+        """The query `text` as a DataFrame, with the column names of `names_from`, the same query as the caller
+        wrote it (`text` may wrap calls in checks that rename its columns; naming analyses only: nothing runs)."""
+        frame = self.spark.sql(text)
+        if text != names_from:
+            frame = frame.toDF(*self.spark.sql(names_from).columns)
+        return frame
+
+    def drop(self) -> None:
+        for view in self.names:
+            self.spark.catalog.dropTempView(view)
+        self.names.clear()
+
+
+def query_width(frame: DataFrame) -> int:
+    """The number of columns of an analysed query (nothing runs)."""
+    return len(frame.columns)
+
+
+def first_value(frame: DataFrame) -> Any:
+    """The first column of the query's first row.
+
+    Raises:
+        SqlError: Spark could not compute it (the first line of its error).
+    """
+    try:
+        return frame.collect()[0][0]
+    except PySparkException as exc:
+        raise SqlError(str(exc).splitlines()[0]) from None
+
+
+def rows_per_bucket(spark: SparkSession, handle: TableHandle) -> dict[int, int]:
+    """Stored rows (all versions) per bucket: the hash of the key modulo the bucket count, as loads write."""
+    table = handle.definition
+    keys = [F.col(q(k)) for k in (table.bucket_columns or table.key_columns)]
+    if not handle.data_files():
+        return {}
+    df = read_rowsets(spark, handle)
+    bucket = F.pmod(F.hash(*keys), F.lit(table.buckets)) if keys else F.lit(0)
+    return {int(r[0]): int(r[1]) for r in df.groupBy(bucket.alias("b")).count().collect()}
 
 
 _MYSQL_TYPES: list[tuple[type[T.DataType], str]] = [
@@ -169,3 +243,26 @@ class JobGuard:
                 except Exception:  # a stopped JVM has no jobs left: the statement fails on its own
                     log.warning("cancelling the jobs of %s failed", self.tag, exc_info=True)
                     return
+
+
+_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\]\s*(.*?)\s*(?:SQLSTATE|$)", re.S)
+
+
+def statement_error(exc: Exception, guard: JobGuard, text: str) -> SqlError:
+    """A failed statement's error: the cancellation reason first, then a cap's own text, then the cause's."""
+    if guard.reason == "timeout":
+        return SqlError(f"query timeout, query id = {guard.tag}")
+    if guard.reason is not None:
+        return SqlError(guard.reason)
+    if (raised := _RAISED.search(str(exc))) is not None:
+        return SqlError(raised[1].strip())  # a growth cap (`sql.select.cap_growth`) or the query's raise_error
+    if isinstance(exc, SqlError):
+        return exc
+    if isinstance(exc, DorisError):  # a LoadError's message is its text, without the [CODE]
+        return SqlError(exc.message)
+    if isinstance(exc, PySparkException):
+        return SqlError(str(exc).strip().splitlines()[0])
+    # anything unexpected still gets the FE's error shape; the trace goes to the log
+    log.exception("statement failed: %s", text[:200])
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return SqlError(f"{type(exc).__name__}: {first}")

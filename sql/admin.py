@@ -5,16 +5,15 @@ its rowsets, so a tablet's compaction compacts the table)."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import functions as F
-
 from spark_runner.compaction import CompactionType, Compactor, NothingToCompact, cumulative_point
-from spark_runner.queries import read_rowsets
-from spark_runner.sqltext import q
+from spark_runner.queries import rows_per_bucket
+from sql.context import SqlContext
 from sql.results import ExecStatus, ResultSet
 from sql.session import Session
-from sql.tokens import Cursor
+from sql.tokens import Cursor, Target
 from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
 from tables.rowsets import BACKEND_ID, RowsetsChanged, bucket_of_tablet, schema_hash, tablet_ids
@@ -46,12 +45,17 @@ TABLET_COLUMNS = (
 )
 
 
-def admin_compact(cur: Cursor, session: Session, compactor: Compactor) -> ExecStatus:
-    """`ADMIN COMPACT TABLE [db.]t [PARTITION p] WHERE TYPE = 'BASE' | 'CUMULATIVE'`: runs the compaction
-    now; like Doris it answers OK also when there was nothing to compact."""
+@dataclass(frozen=True)
+class CompactTable:
+    target: Target
+    kind: CompactionType
+
+
+def parse_admin_compact(cur: Cursor, current_db: str) -> CompactTable:
+    """`ADMIN COMPACT TABLE [db.]t [PARTITION p] WHERE TYPE = 'BASE' | 'CUMULATIVE'`."""
     cur.i = 0
     cur.expect("ADMIN", "COMPACT", "TABLE")
-    db, name = cur.qualified_name()
+    target = cur.table(current_db)
     if cur.accept("PARTITION"):
         cur.name()
     cur.expect("WHERE")
@@ -62,8 +66,13 @@ def admin_compact(cur: Cursor, session: Session, compactor: Compactor) -> ExecSt
     kind = cur.string().lower()
     if kind not in ("base", "cumulative"):
         raise SqlError(f"Compaction type must be BASE or CUMULATIVE, got '{kind.upper()}'")
-    handle = compactor.catalog.load(db or session.db, name)
-    run_compaction(compactor, handle, CompactionType(kind))
+    return CompactTable(target=target, kind=CompactionType(kind))
+
+
+def admin_compact(ctx: SqlContext, stmt: CompactTable, session: Session) -> ExecStatus:
+    """Runs the compaction now; like Doris it answers OK also when there was nothing to compact."""
+    handle = ctx.compactor.catalog.load(stmt.target.db, stmt.target.table)
+    run_compaction(ctx.compactor, handle, stmt.kind)
     return ExecStatus()
 
 
@@ -94,18 +103,23 @@ def find_tablet(compactor: Compactor, tablet_id: int) -> tuple[TableHandle, int]
     return None
 
 
-def show_tablets(cur: Cursor, session: Session, compactor: Compactor, *, address: str) -> ResultSet:
-    """`SHOW TABLETS FROM [db.]t`: one row per bucket, with the stored rows of that bucket."""
+def parse_show_tablets(cur: Cursor, current_db: str) -> Target:
+    """`SHOW TABLETS FROM [db.]t`."""
     cur.i = 1
     if not (cur.accept("TABLETS") or cur.accept("TABLET")):
         raise SqlError("Syntax error in SHOW TABLETS")
     cur.expect("FROM")
-    db, name = cur.qualified_name()
-    handle = compactor.catalog.load(db or session.db, name)
+    return cur.table(current_db)
+
+
+def show_tablets(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
+    """One row per bucket, with the stored rows of that bucket."""
+    compactor = ctx.compactor
+    handle = compactor.catalog.load(target.db, target.table)
     table = handle.definition
     rowsets = handle.rowsets()
     version = handle.current_version()
-    rows_by_bucket = _rows_per_bucket(compactor, handle)
+    rows_by_bucket = rows_per_bucket(compactor.spark, handle)
     total_rows = sum(rows_by_bucket.values()) or 1
     total_bytes = sum(r.data_size for r in rowsets)
     table_uuid = handle.iceberg.metadata.table_uuid
@@ -133,24 +147,13 @@ def show_tablets(cur: Cursor, session: Session, compactor: Compactor, *, address
                 0,
                 -1,
                 str(handle.location),
-                f"http://{address}/api/meta/header/{tablet_id}",
-                f"http://{address}/api/compaction/show?tablet_id={tablet_id}",
+                f"http://{ctx.address}/api/meta/header/{tablet_id}",
+                f"http://{ctx.address}/api/compaction/show?tablet_id={tablet_id}",
                 -1,
                 "",
             ]
         )
     return ResultSet(columns=[(c, "VARCHAR") for c in TABLET_COLUMNS], rows=out)
-
-
-def _rows_per_bucket(compactor: Compactor, handle: TableHandle) -> dict[int, int]:
-    """Stored rows (all versions) per bucket: the hash of the key modulo the bucket count, as loads write."""
-    table = handle.definition
-    keys = [F.col(q(k)) for k in (table.bucket_columns or table.key_columns)]
-    if not handle.data_files():
-        return {}
-    df = read_rowsets(compactor.spark, handle)
-    bucket = F.pmod(F.hash(*keys), F.lit(table.buckets)) if keys else F.lit(0)
-    return {int(r[0]): int(r[1]) for r in df.groupBy(bucket.alias("b")).count().collect()}
 
 
 # -- the BE's compaction endpoints -------------------------------------------------------------------

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 
 from sqlglot import exp
 
 from spark_runner.sqltext import convert_sql, lit, q
+from sql.context import SqlContext
+from sql.insert import insert_request, live_rows, load_error_text, load_query
+from sql.results import ExecStatus
+from sql.select import parse_query
+from sql.session import Session
 from tables.errors import SqlError
-from tables.model import DeletePredicate, TableDef
+from tables.model import DELETE_SIGN, SEQUENCE_COL, DeletePredicate, TableDef
+from tables.schema_change import SchemaOp
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     exp.EQ: ("=", "EQ"),
@@ -27,6 +34,10 @@ _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     exp.LT: ("<", "LT"),
     exp.LTE: ("<=", "LE"),
 }
+# sqlglot does not read `DELETE FROM t PARTITION p`: the clause is checked and cut before the parse
+_PARTITION = re.compile(
+    r"\s*DELETE\s+FROM\s+(\S+)\s+((?:TEMPORARY\s+)?PARTITIONS?\s*(?:\(([^)]*)\)|(`?\w+`?)))", re.IGNORECASE
+)
 _WHERE_FORMS = "Where clause only supports compound predicate, binary predicate, is_null predicate or in predicate."
 
 
@@ -121,3 +132,58 @@ def delete_predicate(table: TableDef, where: exp.Expr, created: str, version: in
         columns=tuple(dict.fromkeys(columns)),
         create_time=created,
     )
+
+
+def parse_delete(text: str) -> exp.Delete:
+    """`DELETE FROM t [PARTITION p] WHERE ...`; an unpartitioned table is its own single partition, as in Doris.
+
+    Raises:
+        SqlError: a syntax error, or a partition other than the table.
+    """
+    partition = _PARTITION.match(text)
+    if partition is not None:
+        names = [n.strip(" `") for n in (partition.group(3) or partition.group(4)).split(",")]
+        table_name = partition.group(1).split(".")[-1].strip("`")
+        for name in names:
+            if name != table_name:
+                raise SqlError(f"Partition does not exist: {name} (this server has no partitioned tables)")
+        text = text[: partition.start(2)] + text[partition.end() :]
+    tree = parse_query(text)
+    if not isinstance(tree, exp.Delete) or not isinstance(tree.this, exp.Table):
+        raise SqlError("Syntax error in DELETE")
+    return tree
+
+
+def run_delete(ctx: SqlContext, tree: exp.Delete, session: Session) -> ExecStatus:
+    """Markers on unique tables, a stored predicate on the others."""
+    where = tree.args.get("where")
+    table = ctx.catalog.load(tree.this.db or session.db, tree.this.name).definition
+    if where is None:
+        raise SqlError("DELETE without a WHERE clause is not supported, use TRUNCATE TABLE")
+    if table.is_unique and table.sequence_mapping:
+        raise SqlError("DELETE is not supported on tables with sequence mapping: they have no delete sign")
+    if table.is_unique:
+        return _delete_markers(ctx, table, where, session)
+    created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    delete_predicate(table, where.this, created, 0)  # check before taking a version
+
+    def change(current: TableDef, version: int) -> tuple[TableDef, list[SchemaOp]]:
+        pred = delete_predicate(current, where.this, created, version)
+        return current.model_copy(update={"delete_predicates": (*current.delete_predicates, pred)}), []
+
+    ctx.writer.alter(table.db, table.name, change, schema=False)
+    return ExecStatus()
+
+
+def _delete_markers(ctx: SqlContext, table: TableDef, where: exp.Where, session: Session) -> ExecStatus:
+    """The matching rows loaded again with the delete sign set, each with its current sequence."""
+    names = [c.name for c in table.columns]
+    if table.sequence_type is not None and table.sequence_col is None:
+        names.append(SEQUENCE_COL)  # each marker carries the row's current sequence
+    columns: list[exp.Expr] = [exp.column(n, quoted=True) for n in names]
+    marker = exp.alias_(exp.Literal.number(1), DELETE_SIGN, quoted=True)
+    request = insert_request(db=table.db, table=table.name, columns=[*names, DELETE_SIGN], strict=False)
+    result = load_query(ctx, live_rows(table, [*columns, marker], where), request, db=session.db, show_hidden=True)
+    if result.status != "Success":
+        raise SqlError(load_error_text(result.message))
+    return ExecStatus(affected_rows=result.number_loaded_rows)

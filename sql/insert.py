@@ -1,4 +1,8 @@
-"""INSERT INTO t [(cols)] VALUES ... | SELECT ...: through the same load pipeline as a stream load."""
+"""INSERT INTO t [(cols)] VALUES ... | SELECT ...: through the same load pipeline as a stream load.
+
+VALUES rows go to the load as text (`values_rows`); a query's rows go as its DataFrame (`load_query`, which
+UPDATE and DELETE use too).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,14 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from spark_runner.queries import QueryViews, first_value, query_width
+from sql.context import SqlContext
+from sql.results import ExecStatus
+from sql.select import parse_query, run_query
+from sql.session import Session
 from tables.errors import SqlError
-from tables.load_spec import ColumnMapping, LoadRequest
+from tables.load_spec import ColumnMapping, LoadRequest, LoadResult
+from tables.model import DELETE_SIGN, TableDef
 
 Evaluate = Callable[[exp.Expression], "str | None"]
 
@@ -62,3 +72,94 @@ def insert_request(*, db: str, table: str, columns: list[str] | None, strict: bo
         max_filter_ratio=0.0 if strict else 1.0,
         source="insert",
     )
+
+
+def parse_insert(text: str) -> exp.Insert:
+    """Raises: SqlError: a syntax error, or not an INSERT."""
+    tree = parse_query(text)
+    if not isinstance(tree, exp.Insert):
+        raise SqlError("Syntax error in INSERT")
+    return tree
+
+
+def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatus:
+    """Load the VALUES rows or the query's rows into the table; the reply carries the load's label and txn."""
+    table_node, columns = insert_target(tree)
+    table = ctx.catalog.load(table_node.db or session.db, table_node.name).definition
+    source: exp.Expression = tree.expression
+    if not isinstance(source, (exp.Values, exp.Query)):
+        raise SqlError("INSERT takes VALUES or a query")
+    rows = values_rows(tree, lambda node: evaluate(ctx, node, session))
+    partial = session.flag("enable_unique_key_partial_update") and columns is not None
+    request = insert_request(
+        db=table.db, table=table.name, columns=columns, strict=session.flag("enable_insert_strict")
+    ).model_copy(
+        update={
+            "partial_columns": partial and table.is_unique and table.merge_on_write,
+            "partial_update_new_key_behavior": session.variables.get("partial_update_new_key_behavior", "APPEND"),
+        }
+    )
+    width = len(columns) if columns is not None else len(table.columns)
+    if rows is not None:
+        if any(len(r) != width for r in rows):
+            raise SqlError("Column count doesn't match value count")
+        result = ctx.loads.run_rows(ctx.loads.prepare(request), rows)
+    else:
+        show_hidden = session.flag("show_hidden_columns")
+        result = load_query(ctx, source, request, db=session.db, show_hidden=show_hidden, width=width)
+    if result.status != "Success":
+        if result.number_filtered_rows:
+            raise SqlError(f"Insert has filtered data in strict mode. url: {result.error_url or ''}".strip())
+        raise SqlError(load_error_text(result.message))
+    return ExecStatus(affected_rows=result.number_loaded_rows, info={"label": result.label, "txnId": result.txn_id})
+
+
+def evaluate(ctx: SqlContext, node: exp.Expression, session: Session) -> str | None:
+    """A non-literal VALUES item, run as `SELECT CAST(item AS STRING)` with a query's checks and binding."""
+    query = exp.select(exp.cast(node.copy(), "STRING").as_("v"))
+    with QueryViews(ctx.spark) as views:
+        frame = run_query(views, ctx.catalog, query, db=session.db, show_hidden=False, limits=ctx.limits)
+        try:
+            value = first_value(frame)
+        except SqlError as exc:
+            raise SqlError(f"can not evaluate '{node.sql(dialect='doris')}': {exc.detail}") from None
+    return None if value is None else str(value)
+
+
+def load_query(
+    ctx: SqlContext,
+    query: exp.Expression,
+    request: LoadRequest,
+    *,
+    db: str,
+    show_hidden: bool,
+    width: int | None = None,
+) -> LoadResult:
+    """Load the rows of a query (checked and bound as a SELECT) with `request`.
+
+    Raises:
+        SqlError: the query is refused, or its column count is not `width`.
+    """
+    with QueryViews(ctx.spark) as views:
+        frame = run_query(views, ctx.catalog, query, db=db, show_hidden=show_hidden, limits=ctx.limits)
+        if width is not None and query_width(frame) != width:
+            raise SqlError("Column count doesn't match value count")
+        return ctx.loads.run_frame(ctx.loads.prepare(request), frame)
+
+
+def live_rows(table: TableDef, columns: list[exp.Expr], where: exp.Where | None) -> exp.Select:
+    """`SELECT <columns> FROM db.t WHERE <delete sign> = 0 [AND (<where>)]`: the rows an UPDATE or a DELETE
+    loads again, built as a tree (user text is never pasted into SQL)."""
+    condition: exp.Expr = exp.EQ(this=exp.column(DELETE_SIGN, quoted=True), expression=exp.Literal.number(0))
+    if where is not None:
+        condition = exp.And(this=condition, expression=exp.Paren(this=where.this.copy()))
+    return exp.select(*columns).from_(exp.table_(table.name, db=table.db, quoted=True)).where(condition)
+
+
+def load_error_text(message: str) -> str:
+    """A failed load's message as a statement's error: `[CODE]TStatus: errCode = 2, detailMessage = x` → `x`;
+    `[CODE]x` → `x`."""
+    if message.startswith("[") and "]" in message:
+        message = message.split("]", 1)[1]
+    marker = "detailMessage = "
+    return message.split(marker, 1)[1] if marker in message else message

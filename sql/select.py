@@ -17,28 +17,24 @@ substitution off (`spark_runner.session.BASE_CONF`).
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlglot
-from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from spark_runner.queries import merged_rows
+from spark_runner.queries import QueryViews, collect_result
 from spark_runner.sqltext import lit
+from sql.context import QueryLimits, SqlContext
 from sql.functions import ALLOWED_FUNCTIONS
+from sql.results import ResultSet
+from sql.session import Session
 from tables.catalog import Catalog
 from tables.errors import DorisError, SqlError
 
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """What one value or one generated relation of a query may grow to."""
-
-    max_string_bytes: int = 10 * 1024 * 1024
-    max_generated_rows: int = 10_000_000
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def _classes(*names: str) -> tuple[type[exp.Expression], ...]:
@@ -179,46 +175,39 @@ def _catalog_table(table: exp.Table) -> tuple[str | None, str]:
 
 
 def bind_tables(
-    spark: SparkSession,
+    views: QueryViews,
     catalog: Catalog,
     tree: exp.Expression,
     *,
     db: str,
     show_hidden: bool,
     limits: QueryLimits | None = None,
-) -> tuple[exp.Expression, list[str]]:
-    """Replace every table reference by a view of its merged rows; returns the new tree and the views.
+) -> exp.Expression:
+    """Replace every table reference by a view of its merged rows (made in `views`); returns the new tree.
 
     Raises:
         SqlError: a reference that is neither a visible CTE nor a catalog table, or a refused table function.
     """
     limits = limits or QueryLimits()
     tree = tree.copy()
-    views: list[str] = []
-    try:
-        for table in list(tree.find_all(exp.Table)):
-            if not isinstance(table.this, exp.Identifier):
-                _check_table_function(table, limits)
-                continue
-            table_db, name = _catalog_table(table)
-            if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
-                continue
-            try:
-                handle = catalog.load(table_db or db, name)
-            except DorisError as exc:
-                raise SqlError(exc.message) from None
-            view = f"__v_{uuid.uuid4().hex}"
-            merged_rows(spark, handle, show_hidden=show_hidden).createOrReplaceTempView(view)
-            views.append(view)
-            if not table.alias:
-                table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
-            table.set("this", exp.to_identifier(view))
-            table.set("db", None)
-            table.set("catalog", None)
-    except Exception:
-        drop_views(spark, views)
-        raise
-    return tree, views
+    for table in list(tree.find_all(exp.Table)):
+        if not isinstance(table.this, exp.Identifier):
+            _check_table_function(table, limits)
+            continue
+        table_db, name = _catalog_table(table)
+        if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
+            continue
+        try:
+            handle = catalog.load(table_db or db, name)
+        except DorisError as exc:
+            raise SqlError(exc.message) from None
+        view = views.merged_view(handle, show_hidden=show_hidden)
+        if not table.alias:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+        table.set("this", exp.to_identifier(view))
+        table.set("db", None)
+        table.set("catalog", None)
+    return tree
 
 
 # -- growth caps ------------------------------------------------------------------------------------------------
@@ -335,34 +324,35 @@ def query_sql(tree: exp.Expr) -> str:
 
 
 def run_query(
-    spark: SparkSession,
+    views: QueryViews,
     catalog: Catalog,
     tree: exp.Expression,
     *,
     db: str,
     show_hidden: bool,
     limits: QueryLimits | None = None,
-) -> tuple[DataFrame, list[str]]:
-    """The query as a Spark DataFrame over merged views (drop the views once collected).
+) -> DataFrame:
+    """The query as a Spark DataFrame over merged views, made in `views` (which drops them when it closes).
 
     Raises:
         SqlError: the query holds a refused node, function or table reference.
     """
     limits = limits or QueryLimits()
     check_query(tree)
-    bound, views = bind_tables(spark, catalog, tree, db=db, show_hidden=show_hidden, limits=limits)
-    try:
-        plain = query_sql(bound)
-        capped = query_sql(cap_growth(bound, limits))
-        frame = spark.sql(capped)
-        if capped != plain:  # keep the column names the caller wrote (analysis only: nothing runs)
-            frame = frame.toDF(*spark.sql(plain).columns)
-        return frame, views
-    except Exception:
-        drop_views(spark, views)
-        raise
+    bound = bind_tables(views, catalog, tree, db=db, show_hidden=show_hidden, limits=limits)
+    plain = query_sql(bound)
+    # the capped text may rename its columns: the frame keeps the names the caller wrote
+    return views.frame(query_sql(cap_growth(bound, limits)), names_from=plain)
 
 
-def drop_views(spark: SparkSession, views: list[str]) -> None:
-    for view in views:
-        spark.catalog.dropTempView(view)
+def run_select(ctx: SqlContext, tree: exp.Expression, session: Session) -> ResultSet:
+    """Run a query and collect at most `ctx.row_limit` rows."""
+    with QueryViews(ctx.spark) as views:
+        frame = run_query(
+            views, ctx.catalog, tree, db=session.db, show_hidden=session.flag("show_hidden_columns"), limits=ctx.limits
+        )
+        try:
+            result = collect_result(frame, limit=ctx.row_limit)
+        except Exception as exc:
+            raise SqlError(str(exc).strip().splitlines()[0]) from None
+    return ResultSet(columns=result.columns, rows=result.rows)

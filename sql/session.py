@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+import sqlglot
+from sqlglot import exp
+
+from sql.results import ExecStatus
 from tables.errors import SqlError
+
+if TYPE_CHECKING:
+    from sql.context import SqlContext
 
 _DEFAULTS: dict[str, str] = {
     "show_hidden_columns": "false",
@@ -71,3 +78,36 @@ def check_statement_count(count: int, cap: int) -> None:
     """Raises: SqlError when one request carries more statements than SL_SQL_MAX_STATEMENTS (nothing runs)."""
     if count > cap:
         raise SqlError(f"Too many statements in one request: {count}, at most {cap} (SL_SQL_MAX_STATEMENTS)")
+
+
+def parse_set(text: str) -> list[tuple[str, str]]:
+    """`SET a = 1, @@session.b = 'x'`: the (name, value) pairs in order, values as text.
+
+    Raises:
+        SqlError: not a SET of variables.
+        sqlglot.errors.ParseError: the statement does not parse (the executor words it).
+    """
+    tree = sqlglot.parse_one(text, dialect="doris")
+    if not isinstance(tree, exp.Set):
+        raise SqlError("Syntax error in SET")
+    pairs: list[tuple[str, str]] = []
+    for item in tree.expressions:
+        assignment = item.this
+        if not isinstance(assignment, exp.EQ):
+            raise SqlError(f"Syntax error in SET: {item.sql(dialect='doris')}")
+        value = assignment.expression
+        if isinstance(value, exp.Literal):
+            text_value = str(value.this)
+        elif isinstance(value, exp.Boolean):
+            text_value = "true" if value.this else "false"
+        else:
+            text_value = value.sql(dialect="doris").strip("'\"`")
+        pairs.append((assignment.this.sql(dialect="doris").strip("`"), text_value))
+    return pairs
+
+
+def run_set(ctx: SqlContext, pairs: list[tuple[str, str]], session: Session) -> ExecStatus:
+    """Raises: SqlError: a value Doris refuses (the variables before it stay set)."""
+    for name, value in pairs:
+        session.set(name, value)
+    return ExecStatus()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import TokenType
 from sqlglot.dialects.doris import Doris
 from sqlglot.tokens import Token  # type: ignore[attr-defined]
@@ -33,6 +35,17 @@ def split_statements(text: str) -> list[str]:
     if tail:
         out.append(tail)
     return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database or table a statement names (an unqualified table is in the session's database), with the
+    statement's IF [NOT] EXISTS and FORCE words."""
+
+    db: str
+    table: str = ""
+    if_exists: bool = False  # IF NOT EXISTS for CREATE
+    force: bool = False
 
 
 class Cursor:
@@ -119,6 +132,11 @@ class Cursor:
         if self.accept_type(TokenType.DOT):
             return first, self.name()
         return None, first
+
+    def table(self, current_db: str) -> Target:
+        """`[db.]name`, the database defaulting to `current_db`."""
+        db, name = self.qualified_name()
+        return Target(db=db or current_db, table=name)
 
     def skip_parens(self) -> None:
         """Skip a balanced parenthesised group (clauses we accept and ignore)."""

@@ -1,0 +1,96 @@
+"""CREATE / DROP DATABASE, CREATE / DROP / TRUNCATE / ALTER TABLE and USE: each parsed into what it names, then
+run against the catalog and the single writer (`tables/commit.py`)."""
+
+from __future__ import annotations
+
+from sql.alter import AlterTable, parse_alter, plan_alter
+from sql.context import SqlContext
+from sql.ddl import CreateTable, parse_create_table
+from sql.results import ExecStatus
+from sql.session import Session
+from sql.tokens import Cursor, Target
+
+
+# -- parse ------------------------------------------------------------------------------------------------------
+def parse_create_database(cur: Cursor, current_db: str) -> Target:
+    """`CREATE DATABASE | SCHEMA [IF NOT EXISTS] db`."""
+    cur.i = 2
+    if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+    return Target(db=cur.name(), if_exists=if_not_exists)
+
+
+def parse_create(cur: Cursor, current_db: str) -> CreateTable:
+    return parse_create_table(cur.text, current_db)
+
+
+def parse_drop_database(cur: Cursor, current_db: str) -> Target:
+    """`DROP DATABASE | SCHEMA [IF EXISTS] db [FORCE]`."""
+    cur.i = 2
+    if_exists = cur.accept("IF", "EXISTS")
+    name = cur.name()
+    return Target(db=name, if_exists=if_exists, force=cur.accept("FORCE"))
+
+
+def parse_drop_table(cur: Cursor, current_db: str) -> Target:
+    """`DROP TABLE [IF EXISTS] [db.]t [FORCE]`."""
+    cur.i = 2
+    if_exists = cur.accept("IF", "EXISTS")
+    target = cur.table(current_db)
+    return Target(db=target.db, table=target.table, if_exists=if_exists, force=cur.accept("FORCE"))
+
+
+def parse_truncate(cur: Cursor, current_db: str) -> Target:
+    """`TRUNCATE [TABLE] [db.]t`."""
+    cur.i = 1
+    cur.accept("TABLE")
+    return cur.table(current_db)
+
+
+def parse_use(cur: Cursor, current_db: str) -> Target:
+    """`USE db`."""
+    cur.i = 1
+    return Target(db=cur.name())
+
+
+def parse_alter_table(cur: Cursor, current_db: str) -> AlterTable:
+    return parse_alter(cur.text)
+
+
+# -- run --------------------------------------------------------------------------------------------------------
+def create_database(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    ctx.catalog.create_database(target.db, if_not_exists=target.if_exists)
+    return ExecStatus()
+
+
+def create_table(ctx: SqlContext, create: CreateTable, session: Session) -> ExecStatus:
+    ctx.catalog.create_table(create.definition, if_not_exists=create.if_not_exists)
+    return ExecStatus()
+
+
+def drop_database(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    ctx.writer.drop_database(target.db, if_exists=target.if_exists, force=target.force)
+    return ExecStatus()
+
+
+def drop_table(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    ctx.writer.drop_table(target.db, target.table, if_exists=target.if_exists, force=target.force)
+    return ExecStatus()
+
+
+def truncate(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    table = ctx.catalog.load(target.db, target.table).definition
+    ctx.writer.truncate(table.db, table.name)
+    return ExecStatus()
+
+
+def use(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    ctx.catalog.require_database(target.db)
+    session.db = target.db
+    return ExecStatus()
+
+
+def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecStatus:
+    """The change is planned against the table as it is when its version turn comes (`plan_alter`)."""
+    table = ctx.catalog.load(alter.db or session.db, alter.table).definition
+    ctx.writer.alter(table.db, table.name, plan_alter(alter))
+    return ExecStatus()
