@@ -9,8 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tables.errors import DorisError, LabelAlreadyExists, LoadError
-from tables.load_spec import LoadResult
+from tables.load_spec import LoadResult, render_load
 
 log = logging.getLogger(__name__)
 
@@ -21,26 +20,6 @@ class DorisLoadResponse(Response):
     def __init__(self, result: LoadResult) -> None:
         body = json.dumps(result.to_doris(), indent=4, ensure_ascii=False) + "\n"
         super().__init__(content=body.encode(), status_code=200, media_type="application/json")
-
-
-def load_error_result(exc: Exception, *, label: str = "", comment: str = "", txn_id: int = -1) -> LoadResult:
-    """One renderer for every failure of a load (errors before the job ran, label clashes)."""
-    if isinstance(exc, LabelAlreadyExists):
-        return LoadResult(
-            txn_id=-1,
-            label=label,
-            comment=comment,
-            status="Label Already Exists",
-            existing_job_status=exc.existing_job_status,
-            message=f"[LABEL_ALREADY_EXISTS]TStatus: errCode = 2, detailMessage = {exc.message}",
-        )
-    if isinstance(exc, LoadError):
-        message = exc.doris_message
-    elif isinstance(exc, DorisError):
-        message = f"[ANALYSIS_ERROR]TStatus: errCode = 2, detailMessage = {exc.message}"
-    else:
-        message = f"[INTERNAL_ERROR]{exc}"
-    return LoadResult(txn_id=txn_id, label=label, comment=comment, status="Fail", message=message)
 
 
 def fe_json(data: Any, *, msg: str = "success", code: int = 0, with_count: bool = True) -> Response:
@@ -73,5 +52,5 @@ def unexpected_error(request: Request, exc: Exception) -> Response:
     reason = f"internal error ({type(exc).__name__}); the server log has the details"
     if request.url.path.endswith(("/_stream_load", "/_stream_load_2pc")):
         label = request.headers.get("label", "")
-        return DorisLoadResponse(load_error_result(RuntimeError(reason), label=label))
+        return DorisLoadResponse(render_load(RuntimeError(reason), label=label))
     return fe_error(reason)
