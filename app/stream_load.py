@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import fields
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -23,17 +24,9 @@ router = APIRouter()
 
 
 def stream_loads(services: Services) -> StreamLoads:
-    """The lifecycle owner of this server's stream loads, with the body bounds of its settings."""
+    """The lifecycle owner of this server's stream loads, with the body bounds of its settings (same names)."""
     settings = services.settings
-    limits = BodyLimits(
-        max_body_bytes=settings.max_body_bytes,
-        max_json_body_bytes=settings.max_json_body_bytes,
-        max_line_bytes=settings.max_line_bytes,
-        max_decompressed_bytes=settings.max_decompressed_bytes,
-        max_decompression_ratio=settings.max_decompression_ratio,
-        body_idle_timeout_seconds=settings.body_idle_timeout_seconds,
-        body_total_timeout_seconds=settings.body_total_timeout_seconds,
-    )
+    limits = BodyLimits(**{bound.name: getattr(settings, bound.name) for bound in fields(BodyLimits)})
     return StreamLoads(services.loads, services.group_commit, settings.resolved_data_dir / "staging", limits)
 
 
