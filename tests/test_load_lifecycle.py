@@ -8,6 +8,7 @@ the label free and no staged file behind.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +16,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 
+from app.responses import doris_error
 from loaders.headers import parse_load_request
 from loaders.staging import BodyLimits
 from spark_runner.lifecycle import StreamLoads
@@ -29,7 +32,10 @@ from tables.errors import (
     LabelAlreadyExists,
     LoadError,
     LoadTimeout,
+    NotAuthorized,
+    SqlError,
     TableNotFound,
+    TxnOperationError,
 )
 from tables.load_spec import LoadRequest, LoadResult, render_load
 from tables.pause import PausePoints
@@ -253,4 +259,75 @@ def test_load_result_is_built_in_one_place() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if "LoadResult(" in line and not line.lstrip().startswith("class ")
     ]
-    assert builders == ["tables/load_spec.py:" + builders[0].split(":")[1]], builders
+    assert [b.split(":")[0] for b in builders] == ["tables/load_spec.py"], builders
+
+
+# -- the one exception handler: each route family's shape ----------------------------------------------------
+
+
+def _request(path: str) -> Request:
+    return Request({"type": "http", "method": "PUT", "path": path, "headers": [(b"label", b"l9")], "query_string": b""})
+
+
+@pytest.mark.parametrize(
+    "path, error, body",
+    [
+        pytest.param(
+            "/api/db/_stream_load_2pc",
+            TxnOperationError("ANALYSIS_ERROR", "no such txn"),
+            '{\n    "status": "ANALYSIS_ERROR",\n    "msg": "no such txn"\n}',
+            id="2pc",
+        ),
+        pytest.param(
+            "/api/db/_stream_load_2pc",
+            NotAuthorized("no valid Basic authorization"),
+            {"msg": "Unauthorized", "code": 401, "data": "no valid Basic authorization", "count": 0},
+            id="2pc-auth",
+        ),
+        pytest.param(
+            "/api/db/t/_schema",
+            TableNotFound("db", "t"),
+            {"msg": "Error", "code": 1, "data": "Unknown table 't' in database 'db'", "count": 0},
+            id="fe",
+        ),
+        pytest.param(
+            "/api/query/default_cluster/db",
+            SqlError("bad sql"),
+            {
+                "msg": "Error",
+                "code": 1,
+                "data": "Failed to execute sql: errCode = 2, detailMessage = bad sql",
+                "count": 0,
+            },
+            id="query-sql",
+        ),
+        pytest.param(
+            "/api/query/default_cluster/db",
+            BadRequest("too big"),
+            {"msg": "Bad Request", "code": 403, "data": "too big", "count": 0},
+            id="query-body",
+        ),
+        pytest.param(
+            "/api/db/t/_stream_load",
+            BadRequest("escaped the route"),
+            {"Status": "Fail", "Label": "l9"},
+            id="load-last-resort",
+        ),
+    ],
+)
+def test_doris_errors_render_in_their_route_family(path: str, error: Exception, body: object) -> None:
+    response = doris_error(_request(path), error)
+    assert response.status_code == 200
+    text = bytes(response.body).decode()
+    if isinstance(body, str):
+        assert text == body
+    else:
+        assert isinstance(body, dict)
+        reply = json.loads(text)
+        assert {key: reply.get(key) for key in body} == body
+
+
+def test_the_error_log_refuses_with_a_basic_challenge() -> None:
+    response = doris_error(_request("/api/_load_error_log"), NotAuthorized("no valid Basic authorization"))
+    assert (response.status_code, response.headers["WWW-Authenticate"]) == (401, 'Basic realm="doris"')
+    assert bytes(response.body) == b"no valid Basic authorization\n"
