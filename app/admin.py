@@ -6,11 +6,11 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, Response
 
-from app.auth import fe_auth_failure
+from app.auth import require_auth
 from app.deps import ServicesDep
 from app.openapi import HealthReply, LoadStateReply, SchemaReply, reply
-from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
-from tables.errors import DorisError
+from app.responses import fe_bad_request, fe_json
+from tables.errors import DatabaseNotFound
 
 router = APIRouter()
 
@@ -35,8 +35,7 @@ async def health(request: Request) -> Response:
 
 @router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
 async def backends(request: Request, services: ServicesDep, is_alive: str | None = None) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
+    require_auth(request.headers, services.settings.root_password)
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
     alive = backend_alive(request)
@@ -53,12 +52,11 @@ async def backends(request: Request, services: ServicesDep, is_alive: str | None
     responses=reply(LoadStateReply, "FE envelope; `data` is UNKNOWN, PREPARE, VISIBLE or ABORTED"),
 )
 async def get_load_state(db: str, request: Request, services: ServicesDep, label: str | None = None) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
+    require_auth(request.headers, services.settings.root_password)
     if not label:
         return fe_bad_request("No label selected")
     if not services.catalog.database_exists(db):
-        return fe_error(f"Unknown database '{db}'")
+        raise DatabaseNotFound(db)
     return fe_json(services.txns.label_state(db, label))
 
 
@@ -71,9 +69,8 @@ async def get_load_state(db: str, request: Request, services: ServicesDep, label
 )
 async def load_error_log(request: Request, services: ServicesDep, file: str = "") -> Response:
     # rejected rows are table data: credentials as for every route (a BE serves this without them);
-    # 401 with a Basic challenge, so a browser opening the ErrorURL asks for them
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return PlainTextResponse(f"{refused}\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="doris"'})
+    # refused with 401 and a Basic challenge (`app.responses.doris_error`)
+    require_auth(request.headers, services.settings.root_password)
     text = services.loads.error_log(file)
     if text is None:
         return PlainTextResponse("error log not found\n", status_code=404)
@@ -87,12 +84,8 @@ async def load_error_log(request: Request, services: ServicesDep, file: str = ""
     responses=reply(SchemaReply, "FE envelope"),
 )
 async def table_schema(db: str, table: str, request: Request, services: ServicesDep) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
-    try:
-        handle = await run_in_threadpool(services.catalog.load, db, table)
-    except DorisError as exc:
-        return fe_error(exc.message)
+    require_auth(request.headers, services.settings.root_password)
+    handle = await run_in_threadpool(services.catalog.load, db, table)  # a DorisError: the FE envelope
     definition = handle.definition
     props = []
     for col in definition.columns:

@@ -7,6 +7,8 @@ import binascii
 import hmac
 from collections.abc import Mapping
 
+from pydantic import SecretStr
+
 from tables.errors import NotAuthorized
 
 USERS = ("root", "admin")
@@ -30,6 +32,15 @@ def check_basic_auth(headers: Mapping[str, str], password: str) -> str:
     if user not in USERS or not hmac.compare_digest(given.encode(), password.encode()):
         raise NotAuthorized(f"Access denied for user '{user}' (using password: {'YES' if given else 'NO'})")
     return user
+
+
+def require_auth(headers: Mapping[str, str], password: SecretStr) -> str:
+    """`check_basic_auth` for a route: a refusal is raised and rendered by the app's error handler.
+
+    Raises:
+        NotAuthorized.
+    """
+    return check_basic_auth(headers, password.get_secret_value())
 
 
 def fe_auth_failure(headers: Mapping[str, str], password: str) -> str | None:

@@ -17,7 +17,7 @@ from app import admin, compaction, metrics, openapi, query, stream_load, txn
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
-from app.responses import unexpected_error
+from app.responses import install_error_handlers
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -232,8 +232,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         openapi_url=None,
     )
     openapi.install(app)
-    # errors no route caught, rendered in Doris's shape (app/responses.py)
-    app.add_exception_handler(Exception, unexpected_error)
+    # every error in Doris's shape, per route family (app/responses.py)
+    install_error_handlers(app)
     app.state.gate = LoadGate()
     app.state.metrics = metrics.LoadMetrics()
     app.include_router(stream_load.router)

@@ -13,15 +13,15 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.auth import fe_auth_failure
+from app.auth import require_auth
 from app.deps import ServicesDep
 from app.openapi import QueryReply, query_operation, reply
-from app.responses import fe_bad_request, fe_error, fe_json, fe_unauthorized
+from app.responses import fe_bad_request, fe_json
 from app.settings import Settings
 from loaders.staging import timed_chunks
 from sql.results import ResultSet, StatementResult
 from sql.session import Session
-from tables.errors import BadRequest, LoadTimeout, SqlError
+from tables.errors import BadRequest, SqlError
 
 router = APIRouter()
 
@@ -34,12 +34,8 @@ router = APIRouter()
     openapi_extra=query_operation(),
 )
 async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
-    try:
-        raw = await read_body(request, services.settings)
-    except (BadRequest, LoadTimeout) as exc:
-        return fe_bad_request(exc.text)
+    require_auth(request.headers, services.settings.root_password)
+    raw = await read_body(request, services.settings)  # its errors and the statements' render as the FE does
     try:
         body: Any = json.loads(raw)
     except ValueError:
@@ -49,12 +45,8 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
         return fe_bad_request("Missing statement request body")
     limit = body.get("limit")
     session = Session(db=db)
-    try:
-        result = await _run_watched(
-            request, session, partial(services.sql.execute_script, stmt, session, limit=_row_limit(limit))
-        )
-    except SqlError as exc:
-        return fe_error(f"Failed to execute sql: {exc.doris_message}")
+    run = partial(services.sql.execute_script, stmt, session, limit=_row_limit(limit))
+    result = await _run_watched(request, session, run)
     if isinstance(result, ResultSet):
         data = {
             "type": "result_set",

@@ -1,4 +1,12 @@
-"""Doris-shaped replies: the stream-load JSON and the FE's `{msg, code, data, count}` envelope."""
+"""Doris-shaped replies, and the one place errors become replies.
+
+Every route family answers in its own Doris shape, always HTTP 200 (contract §1.4):
+    stream load     the load JSON (`DorisLoadResponse`), `Status: Fail`
+    2PC             `{"status": ..., "msg": ...}` pretty-printed (`txn_reply`)
+    FE routes       the `{msg, code, data, count}` envelope (`fe_json`); /api/query words SQL errors its way
+A route raises a `DorisError`; `install_error_handlers` renders it for the route's family, and anything else
+(a bug) through `unexpected_error`.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +14,12 @@ import json
 import logging
 from typing import Any
 
+from fastapi import FastAPI
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
-from tables.errors import DorisError, LabelAlreadyExists, LoadError
-from tables.load_spec import LoadResult
+from tables.errors import BadRequest, DorisError, LoadTimeout, NotAuthorized, SqlError, TxnOperationError
+from tables.load_spec import LoadResult, render_load
 
 log = logging.getLogger(__name__)
 
@@ -23,24 +32,10 @@ class DorisLoadResponse(Response):
         super().__init__(content=body.encode(), status_code=200, media_type="application/json")
 
 
-def load_error_result(exc: Exception, *, label: str = "", comment: str = "", txn_id: int = -1) -> LoadResult:
-    """One renderer for every failure of a load (errors before the job ran, label clashes)."""
-    if isinstance(exc, LabelAlreadyExists):
-        return LoadResult(
-            txn_id=-1,
-            label=label,
-            comment=comment,
-            status="Label Already Exists",
-            existing_job_status=exc.existing_job_status,
-            message=f"[LABEL_ALREADY_EXISTS]TStatus: errCode = 2, detailMessage = {exc.message}",
-        )
-    if isinstance(exc, LoadError):
-        message = exc.doris_message
-    elif isinstance(exc, DorisError):
-        message = f"[ANALYSIS_ERROR]TStatus: errCode = 2, detailMessage = {exc.message}"
-    else:
-        message = f"[INTERNAL_ERROR]{exc}"
-    return LoadResult(txn_id=txn_id, label=label, comment=comment, status="Fail", message=message)
+def txn_reply(status: str, msg: str) -> Response:
+    """The BE's 2PC answer, pretty-printed with 4 spaces as rapidjson's PrettyWriter does."""
+    body = json.dumps({"status": status, "msg": msg}, indent=4, ensure_ascii=False)
+    return Response(body, status_code=200, media_type="application/json")
 
 
 def fe_json(data: Any, *, msg: str = "success", code: int = 0, with_count: bool = True) -> Response:
@@ -73,5 +68,40 @@ def unexpected_error(request: Request, exc: Exception) -> Response:
     reason = f"internal error ({type(exc).__name__}); the server log has the details"
     if request.url.path.endswith(("/_stream_load", "/_stream_load_2pc")):
         label = request.headers.get("label", "")
-        return DorisLoadResponse(load_error_result(RuntimeError(reason), label=label))
+        return DorisLoadResponse(render_load(RuntimeError(reason), label=label))
     return fe_error(reason)
+
+
+ERROR_LOG_PATH = "/api/_load_error_log"
+QUERY_PREFIX = "/api/query/"
+
+
+def doris_error(request: Request, exc: Exception) -> Response:
+    """A `DorisError` a route raised, in the shape of the route's family (chosen by the path; a 2PC refusal by
+    its class). One the family does not word is a bug to that route: `unexpected_error`."""
+    path = request.url.path
+    if isinstance(exc, TxnOperationError):
+        return txn_reply(exc.status, exc.msg)
+    if path.endswith("/_stream_load"):  # the route renders every load failure itself (metrics, 2PC echo)
+        return unexpected_error(request, exc)
+    if isinstance(exc, NotAuthorized):
+        if path == ERROR_LOG_PATH:  # a browser opening the ErrorURL asks for credentials
+            return PlainTextResponse(
+                f"{exc.text}\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="doris"'}
+            )
+        return fe_unauthorized(exc.text)
+    if path.startswith(QUERY_PREFIX):
+        if isinstance(exc, SqlError):
+            return fe_error(f"Failed to execute sql: {exc.doris_message}")
+        if isinstance(exc, BadRequest | LoadTimeout):  # the body: too large, or too slow
+            return fe_bad_request(exc.text)
+        return unexpected_error(request, exc)
+    if isinstance(exc, DorisError):
+        return fe_error(exc.message)
+    return unexpected_error(request, exc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The app's error handlers: Doris errors by route family, and the last resort for everything else."""
+    app.add_exception_handler(DorisError, doris_error)
+    app.add_exception_handler(Exception, unexpected_error)

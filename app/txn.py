@@ -8,31 +8,23 @@ pretty-printed with 4 spaces as rapidjson's PrettyWriter does. Always HTTP 200.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from functools import partial
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
-from app.auth import fe_auth_failure
+from app.auth import require_auth
 from app.deps import Services, ServicesDep
-from app.responses import fe_unauthorized
+from app.responses import txn_reply
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 
 
-def _be_reply(status: str, msg: str) -> Response:
-    body = json.dumps({"status": status, "msg": msg}, indent=4, ensure_ascii=False)
-    return Response(body, status_code=200, media_type="application/json")
-
-
 async def _operate(db: str, request: Request, services: Services) -> Response:
-    from tables.errors import TxnOperationError
-
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
+    require_auth(request.headers, services.settings.root_password)
     txn_id, label = request.headers.get("txn_id"), request.headers.get("label")
     operation = request.headers.get("txn_operation")
     if not txn_id and not label:
@@ -40,16 +32,8 @@ async def _operate(db: str, request: Request, services: Services) -> Response:
     if not operation:
         return JSONResponse({"status": "FAILED", "msg": "No transaction operation('commit' or 'abort') selected."})
     assert services.two_phase is not None
-    try:
-        msg = await run_in_threadpool(
-            services.two_phase.operate, db, txn_id=txn_id, label=label, operation=operation.strip()
-        )
-    except TxnOperationError as exc:
-        return _be_reply(exc.status, exc.msg)
-    except Exception as exc:  # a bug: still Doris's error shape
-        log.exception("2PC %s failed", operation)
-        return _be_reply("INTERNAL_ERROR", str(exc))
-    return _be_reply("Success", msg)
+    operate = partial(services.two_phase.operate, db, txn_id=txn_id, label=label, operation=operation.strip())
+    return txn_reply("Success", await run_in_threadpool(operate))  # a refusal: TxnOperationError, rendered
 
 
 @router.put("/api/{db}/_stream_load_2pc")

@@ -15,12 +15,15 @@ import bz2
 import gzip
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tables.errors import BadRequest, LoadTimeout
+import anyio
+
+from tables.errors import BadRequest, LoadError, LoadTimeout
+from tables.load_spec import LoadRequest
 
 
 class LineGuard:
@@ -262,3 +265,125 @@ def decompress_staged(
     staged.path.unlink(missing_ok=True)
     plain.rename(staged.path)
     return StagedPayload(path=staged.path, size=staged.size)
+
+
+# -- a stream-load body, from the first byte to the plain staged file ------------------------------------------
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """Every bound a stream-load body is received under (the `SL_` settings of the same names)."""
+
+    max_body_bytes: int
+    max_json_body_bytes: int
+    max_line_bytes: int
+    max_decompressed_bytes: int
+    max_decompression_ratio: float
+    body_idle_timeout_seconds: float
+    body_total_timeout_seconds: float
+
+
+def body_length(headers: Mapping[str, str], max_bytes: int) -> int | None:
+    """Exactly one of Content-Length and chunked (contract §1.3), within the size limit; returns the length.
+
+    Raises:
+        BadRequest.
+    """
+    length = headers.get("content-length")
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    if length is not None and chunked:
+        raise BadRequest("please do not set both content_length and transfer-encoding")
+    if length is None and not chunked:
+        raise BadRequest(
+            "content_length is empty and transfer-encoding!=chunked, please set content_length or "
+            "transfer-encoding=chunked"
+        )
+    if length is not None and not length.strip().isdigit():  # the HTTP server checks it too; not to rely on
+        raise BadRequest(f"Invalid Content-Length: {length}")
+    if length is not None and int(length) > max_bytes:  # refused from the header, before the transaction
+        raise BadRequest(body_too_large(max_bytes, int(length)), code="EXCEEDED_LIMIT")
+    return int(length) if length is not None else None
+
+
+def body_limit(load: LoadRequest, limits: BodyLimits) -> tuple[int, Callable[[int, int | None], str]]:
+    """The largest body of this load and the words for one past it: a JSON body read as one document
+    (not line by line) has Doris's smaller `streaming_load_json_max_mb` limit."""
+    if load.format == "json" and not load.read_json_by_line:
+        return min(limits.max_json_body_bytes, limits.max_body_bytes), json_body_too_large
+    return limits.max_body_bytes, body_too_large
+
+
+def check_body_limit(load: LoadRequest, expected: int | None, limits: BodyLimits) -> None:
+    """Raises: BadRequest (EXCEEDED_LIMIT) when the announced length is past this load's limit."""
+    max_bytes, too_large = body_limit(load, limits)
+    if expected is not None and expected > max_bytes:
+        raise BadRequest(too_large(max_bytes, expected), code="EXCEEDED_LIMIT")
+
+
+def line_guard(load: LoadRequest, limits: BodyLimits) -> LineGuard | None:
+    """The line-length check of a body read line by line (CSV, JSON by line); a JSON body read whole is one
+    document, bounded by its body limit, and Parquet / ORC have no lines."""
+    if load.format == "csv" or (load.format == "json" and load.read_json_by_line and not load.strip_outer_array):
+        return LineGuard(load.line_delimiter, limits.max_line_bytes)
+    return None
+
+
+def body_deadline(load: LoadRequest, started: float, limits: BodyLimits) -> tuple[float, str]:
+    """When the body must have arrived (`time.monotonic()`), and the words for one that has not."""
+    if load.timeout_s <= limits.body_total_timeout_seconds:
+        return started + load.timeout_s, f"load timed out after {load.timeout_s} s (timeout header)"
+    seconds = limits.body_total_timeout_seconds
+    return started + seconds, f"the body was still arriving after {seconds:g} s (SL_BODY_TOTAL_TIMEOUT_SECONDS)"
+
+
+async def receive_body(
+    chunks: AsyncIterator[bytes],
+    path: Path,
+    load: LoadRequest,
+    *,
+    started: float,
+    expected: int | None,
+    limits: BodyLimits,
+    first_chunk: Callable[[], Awaitable[None]] | None = None,
+) -> StagedPayload:
+    """Stage a stream-load body at `path` under every bound of `limits`, then decompress it (in a thread);
+    `started` is when the load began (its `timeout` counts from there), `first_chunk` is awaited once the
+    first chunk has arrived.
+
+    Raises:
+        LoadError: the body broke a bound, is not what its headers say, or stopped arriving (a client that
+        went away is `failed to receive body`).
+    """
+    max_bytes, too_large = body_limit(load, limits)
+    deadline, too_slow = body_deadline(load, started, limits)
+    lines = line_guard(load, limits)
+
+    async def body() -> AsyncIterator[bytes]:
+        first = True
+        async for chunk in chunks:
+            yield chunk
+            if first and first_chunk is not None:
+                first = False
+                await first_chunk()
+
+    try:
+        timed = timed_chunks(
+            body(), idle_seconds=limits.body_idle_timeout_seconds, deadline=deadline, deadline_text=too_slow
+        )
+        plain_lines = lines if load.compression is None else None  # else checked as it decompresses
+        staged = await stage_payload(
+            timed, path, max_bytes=max_bytes, expected=expected, too_large=too_large, lines=plain_lines
+        )
+    except LoadError:
+        raise
+    except Exception as exc:  # the client went away mid-body: the load failed and its label is free
+        raise BadRequest(f"failed to receive body: {exc}") from exc
+    return await anyio.to_thread.run_sync(
+        lambda: decompress_staged(
+            staged,
+            load.compression,
+            max_bytes=min(max_bytes, limits.max_decompressed_bytes),
+            max_ratio=limits.max_decompression_ratio,
+            lines=lines,
+        )
+    )

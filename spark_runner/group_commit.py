@@ -39,22 +39,10 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_runner.errors import spark_errors
-from spark_runner.load_job import (
-    LINE,
-    POS,
-    REASON,
-    UNSELECTED,
-    JobOutcome,
-    columnar_source,
-    csv_source,
-    json_source,
-    prepare_rows,
-    run_load_job,
-)
+from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, prepare_rows
 from spark_runner.planning import plan_load
-from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, write_partitions
-from tables.commit import check_schema, table_identity
+from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
+from tables.commit import table_identity
 from tables.errors import (
     DatabaseNotFound,
     DataQualityError,
@@ -65,7 +53,7 @@ from tables.errors import (
     TableNotFound,
     TxnAborted,
 )
-from tables.load_spec import LoadCounts, LoadRequest, LoadResult
+from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
 from tables.transactions import ABORTED, PREPARE
 
 log = logging.getLogger(__name__)
@@ -201,11 +189,9 @@ class GroupCommitter:
         self._guard = threading.Lock()
 
     # -- entry point ----------------------------------------------------------------------
-    def run(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
-        """Run a staged stream load, through group commit when its mode says so, else as a plain load."""
-        mode = group_mode(prepared, load_bytes)
-        if mode is None:
-            return self.loads.run_csv(prepared, path, load_bytes=load_bytes, receive_ms=receive_ms)
+    def run(self, prepared: PreparedLoad, path: Path, mode: str, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
+        """Run a staged stream load in a group (`mode` is its `group_mode`, decided by the caller): async
+        answers once its payload is durable in wal/, sync once its group has committed."""
         if mode == "async_mode":
             txn = self.loads.txns.get(prepared.txn_id)
             if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
@@ -258,7 +244,7 @@ class GroupCommitter:
             if source.exists():
                 os.replace(source, parked / source.name)
         reason = f"group commit replay failed {attempts} times; its WAL entry is kept in {parked}"
-        self.loads.txns.transition(txn_id, (PREPARE,), ABORTED, reason=reason)
+        self.loads.writer.abort(txn_id, reason)
         log.error("async load %d: %s", txn_id, reason)
 
     def replay_wal(self) -> int:
@@ -286,8 +272,7 @@ class GroupCommitter:
         """Plan an owed async load again against its table as it is now; None when it is not owed any more
         (committed, aborted on purpose) or can never apply (its table dropped or re-created, its columns gone).
         """
-        txns = self.loads.txns
-        txn = txns.get(txn_id)
+        txn = self.loads.txns.get(txn_id)
         # start-up recovery aborts a load without a snapshot and without a reason: that one is still owed
         if txn is None or not (txn.state == PREPARE or (txn.state == ABORTED and txn.reason is None)):
             return None
@@ -298,10 +283,12 @@ class GroupCommitter:
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
         except (DorisError, LoadError) as exc:  # the table is gone or changed beyond the load: it never applies
             log.warning("async load %d cannot be replayed: %s", txn_id, exc)
-            txns.transition(txn_id, (ABORTED, PREPARE), ABORTED, reason=f"replay failed: {exc}")
+            self.loads.writer.abort(txn_id, f"replay failed: {exc}", expect=(ABORTED, PREPARE))
             return None
-        txns.transition(txn_id, (ABORTED,), PREPARE)
-        return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)
+        self.loads.writer.reopen(txn_id)
+        return PreparedLoad(
+            plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0, handle=handle
+        )
 
     def _retry_later(self, member: _Member, error: LoadError) -> None:
         """Replay an acknowledged async load whose group failed for a reason other than its data, alone
@@ -340,7 +327,7 @@ class GroupCommitter:
         first = batch[0].prepared
         req = first.request
         group_label = f"group_commit_{uuid.uuid4().hex}"
-        group_txn = self.loads.txns.begin(req.db, first.plan.table.name, group_label)
+        group_txn = self.loads.writer.begin(req.db, first.plan.table.name, group_label)
         run.group_txn = group_txn
         directory = self.group_dir / f"group_{group_txn}"
         directory.mkdir()
@@ -356,31 +343,30 @@ class GroupCommitter:
         per_load: list[LoadCounts] = []
         try:
             with self.loads.writer.write(
-                req.db, first.plan.table.name, txn_id=group_txn, label=group_label, planned=first.plan.table
+                req.db,
+                first.plan.table.name,
+                txn_id=group_txn,
+                label=group_label,
+                planned=first.plan.table,
+                handle=first.handle,
             ) as rowset:
                 self.loads.writer.pauses.hit("job", first.plan.table.name)
-                check_schema(rowset.handle, first.plan.table)
                 failed |= self._refuse_stale(batch, rowset.table_uuid)
-                schema = rowset.handle.iceberg.schema()
-                field_ids = {c.name: schema.find_field(c.name).field_id for c in first.plan.table.all_columns()}
-                spark = self.loads._session_for(req)
-                source = _indexed(_read(spark, directory, first))
+                spark = self.loads.session_for(req)
+                source = _indexed(staged_source(spark, directory, first))
                 while True:
                     kept = [i for i in range(len(batch)) if i not in failed]
                     if not kept:
                         break
                     frame = source if not failed else source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(kept)})"))
-                    with spark_errors():
-                        outcome = run_load_job(
-                            spark,
-                            frame,
-                            first.plan,
-                            directory=rowset.directory,
-                            version=rowset.version,
-                            field_ids=field_ids,
-                            buckets=write_partitions(first.plan.table.buckets, load_bytes),
-                            extra_metrics=_per_load_metrics(len(batch)),
-                        )
+                    outcome = run_rowset(
+                        spark,
+                        frame,
+                        first.plan,
+                        rowset,
+                        load_bytes=load_bytes,
+                        extra_metrics=_per_load_metrics(len(batch)),
+                    )
                     per_load = _counts(outcome, len(batch))
                     newly = [i for i in kept if _too_many_filtered(per_load[i], req.max_filter_ratio)]
                     if not newly:
@@ -394,7 +380,7 @@ class GroupCommitter:
         except Exception as exc:
             if not isinstance(exc, (LoadError, *REFUSED)):
                 log.exception("group commit of %d loads failed", len(batch))
-            self.loads.txns.transition(group_txn, (PREPARE,), ABORTED)  # when the writer did not get to it
+            self.loads.writer.abort(group_txn)  # when the writer did not get to it
             error = exc if isinstance(exc, LoadError) else LoadError(str(exc).strip().splitlines()[0])
             for i, member in enumerate(batch):
                 if i in failed:
@@ -402,7 +388,7 @@ class GroupCommitter:
                 if member.acknowledged and not isinstance(exc, REFUSED):
                     retry.add(i)  # answered Success: kept in the WAL and replayed, not lost
                     continue
-                self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
+                self.loads.writer.abort(member.prepared.txn_id, error.text)
                 failed[i] = self._result(member, error=error)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -453,7 +439,7 @@ class GroupCommitter:
             if member.acknowledged:
                 self._retry_later(member, error)
                 continue
-            self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=reason)
+            self.loads.writer.abort(member.prepared.txn_id, reason)
             member.path.unlink(missing_ok=True)
             member.future.set_result(self._result(member, error=error))
 
@@ -469,7 +455,7 @@ class GroupCommitter:
                 error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
             elif txn.table_uuid is not None and txn.table_uuid != table_uuid:
                 error = LoadError(TableDropped(txn.table_uuid).message)
-                self.loads.txns.transition(txn.txn_id, (PREPARE,), ABORTED, reason=error.text)
+                self.loads.writer.abort(txn.txn_id, error.text)
             else:
                 continue
             refused[i] = self._result(member, error=error)
@@ -478,7 +464,7 @@ class GroupCommitter:
     def _fail(self, member: _Member, counts: LoadCounts, source: DataFrame, spark: SparkSession) -> LoadResult:
         """A load of the group over its filter ratio: its error log, its transaction aborted."""
         error = DataQualityError("too many filtered rows", error_url=None)
-        self.loads.txns.transition(member.prepared.txn_id, (PREPARE,), ABORTED, reason=error.text)
+        self.loads.writer.abort(member.prepared.txn_id, error.text)
         return self._result(member, counts=counts, error=error, error_source=(source, spark))
 
     def _result(
@@ -496,22 +482,31 @@ class GroupCommitter:
         if counts.filtered and error_source is not None:
             error_url = self._error_log(member, error_source[0])
         mode = prepared.request.group_commit or prepared.plan.table.properties.get(MODE_PROPERTY, "sync_mode")
-        result = self._reply(prepared, mode, counts, member.load_bytes, member.receive_ms)
-        update: dict[str, object] = {
-            "load_time_ms": int((time.monotonic() - prepared.started) * 1000),
-            "write_data_time_ms": commit_ms,
-            "error_url": error_url,
-        }
-        if error is not None:
-            update |= {"status": "Fail", "message": error.doris_message, "number_loaded_rows": 0}
-        return result.model_copy(update=update)
+        return self._reply(
+            prepared,
+            mode,
+            counts,
+            member.load_bytes,
+            member.receive_ms,
+            error=error,
+            error_url=error_url,
+            write_data_time_ms=commit_ms,
+        )
 
     def _reply(
-        self, prepared: PreparedLoad, mode: str, counts: LoadCounts, load_bytes: int, receive_ms: int
+        self,
+        prepared: PreparedLoad,
+        mode: str,
+        counts: LoadCounts,
+        load_bytes: int,
+        receive_ms: int,
+        error: LoadError | None = None,
+        **fields: object,
     ) -> LoadResult:
         """Doris's group-commit reply: GroupCommit fields instead of TwoPhaseCommit and the txn timings."""
         req = prepared.request
-        return LoadResult(
+        return render_load(
+            error,
             txn_id=prepared.txn_id,
             label=req.label,
             comment=req.comment,
@@ -519,8 +514,6 @@ class GroupCommitter:
             group_commit=True,
             group_commit_mode=mode,
             load_id=uuid.UUID(int=prepared.txn_id).hex,
-            status="Success",
-            message="OK",
             number_total_rows=counts.total,
             number_loaded_rows=counts.loaded,
             number_filtered_rows=counts.filtered,
@@ -531,6 +524,7 @@ class GroupCommitter:
             stream_load_put_time_ms=prepared.plan_ms,
             receive_data_time_ms=receive_ms,
             commit_and_publish_time_ms=None,
+            **fields,
         )
 
     def _error_log(self, member: _Member, source: DataFrame) -> str | None:
@@ -540,12 +534,7 @@ class GroupCommitter:
         bad = rows.where(f"{REASON} IS NOT NULL").select(REASON, LINE).limit(MAX_ERROR_ROWS).collect()
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
         counts = LoadCounts(filtered=len(errors))
-        return self.loads._write_error_log(member.prepared, JobOutcome(counts=counts, files=[], errors=errors))
-
-
-def _read(spark: SparkSession, directory: Path, prepared: PreparedLoad) -> DataFrame:
-    readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
-    return readers.get(prepared.request.format, csv_source)(spark, directory, prepared.plan)
+        return self.loads.write_error_log(member.prepared, JobOutcome(counts=counts, files=[], errors=errors))
 
 
 def _indexed(frame: DataFrame) -> DataFrame:

@@ -339,7 +339,7 @@ class RoutineLoadManager:
             progress = {**job.progress, **batch.next_offsets}
             self.store.record_batch(prepared.txn_id, job_id, progress, BatchCounts(received_bytes=batch.size))
             task.txn_id, task.txn_status, task.execute_start = prepared.txn_id, "PREPARE", time.time()
-            result = self.loads.run_csv(prepared, path, load_bytes=size)
+            result = self.loads.run_staged(prepared, path, load_bytes=size)
         finally:
             self.loads.cleanup_staged(path)
         if result.status != "Success":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
@@ -32,12 +32,12 @@ from spark_runner.load_job import (
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
-from tables.catalog import Catalog
-from tables.commit import TableWriter, check_schema
+from tables.catalog import Catalog, TableHandle
+from tables.commit import PendingRowset, TableWriter
 from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
-from tables.load_spec import LoadCounts, LoadRequest, LoadResult
-from tables.transactions import ABORTED, TransactionStore
+from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
+from tables.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class PreparedLoad:
     started: float
     begin_txn_ms: int
     plan_ms: int
+    handle: TableHandle | None = None  # the table as planned: the writer refreshes it instead of loading it again
 
     @property
     def request(self) -> LoadRequest:
@@ -106,14 +107,14 @@ class LoadService:
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         handle = self.catalog.load(request.db, request.table)
         # the label first, as Doris's FE begins the transaction before it plans the load
-        txn_id = self.txns.begin(
+        txn_id = self.writer.begin(
             request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)
         )
         began = time.monotonic()
         try:
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
         except BaseException:
-            self.txns.set_state(txn_id, ABORTED)
+            self.writer.abort(txn_id)
             raise
         return PreparedLoad(
             plan=plan,
@@ -121,27 +122,34 @@ class LoadService:
             started=started,
             begin_txn_ms=int((began - started) * 1000),
             plan_ms=int((time.monotonic() - began) * 1000),
+            handle=handle,
         )
 
     def abort(self, prepared: PreparedLoad) -> None:
-        self.txns.set_state(prepared.txn_id, ABORTED)
+        """Give up a prepared load that did not run (its label is free again)."""
+        self.writer.abort(prepared.txn_id)
 
-    def run_csv(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
-        """Run a staged stream-load body (CSV, JSON, Parquet or ORC, as its `format` header says)."""
-        readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
-        read = readers.get(prepared.request.format, csv_source)
-        return self._run(prepared, lambda spark: read(spark, path, prepared.plan), load_bytes, receive_ms)
+    def run_staged(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
+        """Run a staged body (CSV, JSON, Parquet or ORC, as its `format` says): a file, or a directory of them."""
+        return self.run(prepared, lambda spark: staged_source(spark, path, prepared), load_bytes, receive_ms)
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
-        return self._run(prepared, lambda spark: rows_source(spark, rows, prepared.plan), 0, 0)
+        return self.run(prepared, lambda spark: rows_source(spark, rows, prepared.plan))
 
     def run_frame(self, prepared: PreparedLoad, frame: DataFrame) -> LoadResult:
-        return self._run(prepared, lambda spark: frame_source(frame, prepared.plan), 0, 0)
+        return self.run(prepared, lambda spark: frame_source(frame, prepared.plan))
 
-    def _run(
-        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
+    def run(
+        self,
+        prepared: PreparedLoad,
+        source: Callable[[SparkSession], DataFrame],
+        load_bytes: int = 0,
+        receive_ms: int = 0,
     ) -> LoadResult:
-        """Run the load on a worker thread and wait for it until the load's `timeout` has passed (plus a grace
+        """Run a prepared load as one rowset (stream, routine, broker load and INSERT all come here); every
+        outcome is a `LoadResult`.
+
+        The job runs on a worker thread, waited for until the load's `timeout` has passed (plus a grace
         for its cancelled job to wind down); then the load is abandoned: it aborts, its table's version turn
         goes to the next load, and it answers `[TIMEOUT]`, whatever its Spark call is stuck in."""
         future = self._workers.submit(lambda: self._run_job(prepared, source, load_bytes, receive_ms))
@@ -176,26 +184,16 @@ class LoadService:
                 exclusive=plan.reads_stored,
                 planned=plan.table,
                 two_phase=req.two_phase_commit,
+                handle=prepared.handle,
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
-                check_schema(rowset.handle, plan.table)
-                schema = rowset.handle.iceberg.schema()
-                field_ids = {c.name: schema.find_field(c.name).field_id for c in prepared.plan.table.all_columns()}
                 with self._deadline(prepared), spark_errors():
-                    spark = self._session_for(req)
+                    spark = self.session_for(req)
                     frame: DataFrame = source(spark)
-                    outcome = run_load_job(
-                        spark,
-                        frame,
-                        prepared.plan,
-                        directory=rowset.directory,
-                        version=rowset.version,
-                        field_ids=field_ids,
-                        buckets=write_partitions(prepared.plan.table.buckets, load_bytes),
-                        # a partial update reads the rows it updates; it runs in its commit turn, so
-                        # nothing commits between this read and its own commit
-                        stored=merged_rows(spark, rowset.handle, show_hidden=True) if plan.reads_stored else None,
-                    )
+                    # a partial update reads the rows it updates; it runs in its commit turn, so
+                    # nothing commits between this read and its own commit
+                    stored = merged_rows(spark, rowset.handle, show_hidden=True) if plan.reads_stored else None
+                    outcome = run_rowset(spark, frame, plan, rowset, load_bytes=load_bytes, stored=stored)
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
                 commit_started = time.monotonic()
@@ -204,10 +202,8 @@ class LoadService:
             return self._failure(prepared, self._load_error(exc, req.label), outcome, load_bytes, receive_ms)
         assert outcome is not None
         counts = outcome.counts
-        return LoadResult(
+        return render_load(
             **_base(prepared, load_bytes, receive_ms),
-            status="Success",
-            message="OK",
             number_total_rows=counts.total,
             number_loaded_rows=counts.loaded,
             number_filtered_rows=counts.filtered,
@@ -215,7 +211,7 @@ class LoadService:
             load_time_ms=int((time.monotonic() - prepared.started) * 1000),
             write_data_time_ms=int((time.monotonic() - write_started) * 1000) - commit_ms,
             commit_and_publish_time_ms=commit_ms,
-            error_url=self._write_error_log(prepared, outcome) if counts.filtered else None,
+            error_url=self.write_error_log(prepared, outcome) if counts.filtered else None,
         )
 
     def _load_error(self, exc: Exception, label: str) -> LoadError:
@@ -233,20 +229,17 @@ class LoadService:
         self, prepared: PreparedLoad, exc: LoadError, outcome: JobOutcome | None, load_bytes: int, receive_ms: int
     ) -> LoadResult:
         counts = outcome.counts if outcome else LoadCounts()
-        return LoadResult(
+        return render_load(
+            exc,
             **_base(prepared, load_bytes, receive_ms),
-            status="Fail",
-            message=exc.doris_message,
             number_total_rows=counts.total,
-            number_loaded_rows=0,
             number_filtered_rows=counts.filtered,
             number_unselected_rows=counts.unselected,
             load_time_ms=int((time.monotonic() - prepared.started) * 1000),
-            error_url=getattr(exc, "error_url", None),
             first_error_msg=outcome.errors[0] if outcome and outcome.errors else None,
         )
 
-    def _session_for(self, request: LoadRequest) -> SparkSession:
+    def session_for(self, request: LoadRequest) -> SparkSession:
         """The shared session, or for a load with a `timezone` header a session of its own with that zone
         (same SparkContext, own SQL settings, so concurrent loads cannot race on it)."""
         if request.time_zone is None:
@@ -290,7 +283,7 @@ class LoadService:
         if expired.is_set():
             raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")
 
-    def _write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
+    def write_error_log(self, prepared: PreparedLoad, outcome: JobOutcome) -> str:
         """Write the first rejected rows, each line cut at the load's limit; returns the ErrorURL path."""
         name = new_error_log_name()
         limit = prepared.request.limits.error_log_line_bytes
@@ -305,7 +298,7 @@ class LoadService:
         counts = outcome.counts
         selected = counts.total - counts.unselected
         if selected > 0 and counts.filtered / selected > prepared.request.max_filter_ratio:
-            raise DataQualityError("too many filtered rows", error_url=self._write_error_log(prepared, outcome))
+            raise DataQualityError("too many filtered rows", error_url=self.write_error_log(prepared, outcome))
 
     def error_log(self, name: str) -> str | None:
         """The text of an error log by its name, or None (an unknown name, or anything that is not a name)."""
@@ -313,11 +306,55 @@ class LoadService:
         return path.read_text(errors="replace") if path is not None else None
 
     def cleanup_staged(self, path: Path) -> None:
+        """Remove a staged body (a file or a directory) and what its reading left beside it."""
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
         staging_path(path).unlink(missing_ok=True)  # the fields pyarrow split, if the load made them
+
+
+def format_reader(request: LoadRequest) -> Callable[[SparkSession, Path, LoadPlan], DataFrame]:
+    """The reader of a load's `format`: CSV, JSON, Parquet or ORC."""
+    readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
+    return readers.get(request.format, csv_source)
+
+
+def staged_source(spark: SparkSession, path: Path, prepared: PreparedLoad) -> DataFrame:
+    """A staged body (a file, or a directory of payloads) read as its `format` says."""
+    return format_reader(prepared.request)(spark, path, prepared.plan)
+
+
+def run_rowset(
+    spark: SparkSession,
+    frame: DataFrame,
+    plan: LoadPlan,
+    rowset: PendingRowset,
+    *,
+    load_bytes: int,
+    stored: DataFrame | None = None,
+    extra_metrics: tuple[Column, ...] = (),
+) -> JobOutcome:
+    """Run one rowset's Spark job into the writer's pending rowset (plain and grouped loads alike): the
+    table's Iceberg field ids, its rows sorted into buckets, Spark errors as load errors.
+
+    Raises:
+        LoadError: a Spark or data error.
+    """
+    schema = rowset.handle.iceberg.schema()
+    field_ids = {c.name: schema.find_field(c.name).field_id for c in plan.table.all_columns()}
+    with spark_errors():
+        return run_load_job(
+            spark,
+            frame,
+            plan,
+            directory=rowset.directory,
+            version=rowset.version,
+            field_ids=field_ids,
+            buckets=write_partitions(plan.table.buckets, load_bytes),
+            stored=stored,
+            extra_metrics=extra_metrics,
+        )
 
 
 def _base(prepared: PreparedLoad, load_bytes: int, receive_ms: int) -> dict[str, Any]:

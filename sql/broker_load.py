@@ -26,15 +26,15 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import TokenType
 
 from loaders.headers import parse_load_request
-from spark_runner.load_job import POS, columnar_source, csv_source, json_source
+from spark_runner.load_job import POS
 from spark_runner.planning import plan_load
-from spark_runner.service import LoadService, PreparedLoad
+from spark_runner.service import LoadService, PreparedLoad, format_reader
 from sql.ddl import parse_properties
 from sql.results import ExecStatus, ResultSet
 from sql.tokens import Cursor
 from tables.errors import DorisError, LoadError, SqlError, TxnStateError
 from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
-from tables.load_spec import LoadRequest, LoadResult
+from tables.load_spec import LoadRequest, render_load
 from tables.source_paths import SourcePolicy, resolve_sources
 from tables.transactions import VISIBLE, Txn
 
@@ -282,10 +282,10 @@ class BrokerLoads:
 
     def _run(self, job_id: int, load: BrokerLoad, files: list[str], prepared: PreparedLoad) -> None:
         try:
-            result = self.loads._run(prepared, lambda spark: _files_source(spark, files, prepared), 0, 0)
+            result = self.loads.run(prepared, lambda spark: _files_source(spark, files, prepared))
         except Exception as exc:  # a bug: the job is cancelled with the reason, never left LOADING
             log.exception("broker load %s failed", load.label)
-            result = LoadResult(txn_id=prepared.txn_id, label=load.label, status="Fail", message=str(exc))
+            result = render_load(exc, txn_id=prepared.txn_id, label=load.label, message=str(exc))
         with self._guard:
             self._running.pop(job_id, None)
             cancelled = job_id in self._cancelled
@@ -482,8 +482,7 @@ def _now() -> float:
 
 def _files_source(spark: SparkSession, paths: list[str], prepared: PreparedLoad) -> DataFrame:
     """The resolved files of a broker load, in order: a later file's row wins a tie over an earlier file's."""
-    readers = {"json": json_source, "parquet": columnar_source, "orc": columnar_source}
-    read = readers.get(prepared.request.format, csv_source)
+    read = format_reader(prepared.request)
     frame: DataFrame | None = None
     for index, path in enumerate(paths):
         part = read(spark, path, prepared.plan)  # type: ignore[arg-type]  # a real local path or an allowed URI

@@ -164,6 +164,7 @@ class TableWriter:
         planned: TableDef | None = None,
         two_phase: bool = False,
         group: tuple[int, ...] = (),
+        handle: TableHandle | None = None,
     ) -> Iterator[PendingRowset]:
         """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE.
 
@@ -172,9 +173,14 @@ class TableWriter:
         definition the load was planned with: if a schema change committed since, the load fails.
         `two_phase` stops at PRECOMMITTED: the files are written and durable, the snapshot waits for
         `commit_precommitted`, which stamps them with the version of that commit. `group` names further
-        transactions whose rows are in this rowset (group commit): they become VISIBLE with it.
+        transactions whose rows are in this rowset (group commit): they become VISIBLE with it. `handle` is
+        the table as the load was planned on it (refreshed here, not looked up again by name).
+
+        Raises:
+            TableDropped, TableNotFound, DatabaseNotFound: before the caller runs (the transaction is aborted).
+            SchemaChanged: before the caller runs, or at the commit.
         """
-        handle = self._planned_table(db, table, txn_id)
+        handle = self._planned_table(db, table, txn_id, handle)
         turnstile = self._turnstile(handle)
         version = turnstile.take() if exclusive or not two_phase else PRECOMMIT_VERSION
         pending = PendingRowset(
@@ -192,6 +198,7 @@ class TableWriter:
             if exclusive:
                 with turnstile.turn(version):
                     refresh_same_table(handle, pending.table_uuid)
+            check_schema(handle, planned)  # once before the job; again at the commit only if the table moved on
             yield pending
             if pending.files:
                 _fsync_files(pending.files, pending.directory)
@@ -207,9 +214,9 @@ class TableWriter:
                 if pending.files:
                     self.pauses.hit("before_commit", handle.definition.name)
                     if handle.iceberg.metadata_location != turnstile.last_metadata:
-                        # lower versions (or housekeeping) committed meanwhile
+                        # lower versions, housekeeping or a schema change committed meanwhile
                         refresh_same_table(handle, pending.table_uuid)
-                    check_schema(handle, planned)
+                        check_schema(handle, planned)
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
@@ -220,7 +227,7 @@ class TableWriter:
         except BaseException:
             remove_tree(pending.directory, [self._catalog.warehouse])
             # group members are the caller's to decide: an acknowledged async load is retried, not aborted
-            self._txns.transition(txn_id, (PREPARE,), ABORTED)
+            self.abort(txn_id)
             raise
         finally:
             self._writing.pop(txn_id, None)
@@ -247,8 +254,9 @@ class TableWriter:
             remove_tree(directory, [self._catalog.warehouse])
         return True
 
-    def _planned_table(self, db: str, table: str, txn_id: int) -> TableHandle:
-        """The table by name, provided it is the one the transaction was planned against.
+    def _planned_table(self, db: str, table: str, txn_id: int, handle: TableHandle | None) -> TableHandle:
+        """The table, provided it is the one the transaction was planned against: the planner's `handle`
+        refreshed, or (none given) the table looked up by name.
 
         Raises:
             TableDropped: the table is gone or was re-created since (the transaction is aborted).
@@ -257,17 +265,37 @@ class TableWriter:
         txn = self._txns.get(txn_id)
         planned = txn.table_uuid if txn is not None else None
         try:
-            handle = self._catalog.load(db, table)
-        except (TableNotFound, DatabaseNotFound):
+            if handle is None or planned is None:
+                handle = self._catalog.load(db, table)
+            else:
+                refresh_same_table(handle, planned)
+        except (TableNotFound, DatabaseNotFound, TableDropped):
             if planned is None:
                 raise
             handle = None
         if planned is not None and (handle is None or table_identity(handle) != planned):
             error = TableDropped(planned)
-            self._txns.transition(txn_id, (PREPARE,), ABORTED, reason=error.message)
+            self.abort(txn_id, error.message)
             raise error
         assert handle is not None
         return handle
+
+    # -- label states: the transaction store changes only through the writer ----------------------------
+    def begin(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> int:
+        """Claim a label for a load (PREPARE); returns its transaction id.
+
+        Raises:
+            LabelAlreadyExists: the label is held.
+        """
+        return self._txns.begin(db, table, label, table_uuid=table_uuid)
+
+    def abort(self, txn_id: int, reason: str | None = None, *, expect: tuple[str, ...] = (PREPARE,)) -> bool:
+        """Abort a transaction that has not committed (frees its label); True when it was in `expect`."""
+        return self._txns.transition(txn_id, expect, ABORTED, reason=reason)
+
+    def reopen(self, txn_id: int) -> bool:
+        """An aborted load that is owed (an acknowledged async group-commit load replayed) runs again."""
+        return self._txns.transition(txn_id, (ABORTED,), PREPARE)
 
     def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
         """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,

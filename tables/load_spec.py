@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tables.errors import DorisError, LabelAlreadyExists, LoadError
 
 
 class MergeType(StrEnum):
@@ -137,3 +139,34 @@ class LoadCounts(BaseModel):
     loaded: int = 0
     filtered: int = 0
     unselected: int = 0
+
+
+def failure_message(error: BaseException) -> str:
+    """The `Message` of a failed load: a load error's own `[CODE]text`, another Doris error as the FE's
+    analysis error, anything else (a bug) as an internal error."""
+    if isinstance(error, LoadError):
+        return error.doris_message
+    if isinstance(error, DorisError):
+        return f"[ANALYSIS_ERROR]TStatus: errCode = 2, detailMessage = {error.message}"
+    return f"[INTERNAL_ERROR]{error}"
+
+
+def render_load(error: BaseException | None = None, **fields: Any) -> LoadResult:
+    """The one builder of a load's reply, from its fields and, for a failure, the error that ended it.
+
+    A label clash is `Label Already Exists` with the holder's job status and no transaction of its own; any
+    other error is `Fail`, loads nothing, and states `failure_message` (unless the caller words it) and the
+    error log the error carries (unless the caller has one).
+    """
+    if isinstance(error, LabelAlreadyExists):
+        fields |= {
+            "txn_id": -1,
+            "status": "Label Already Exists",
+            "existing_job_status": error.existing_job_status,
+            "message": f"[LABEL_ALREADY_EXISTS]TStatus: errCode = 2, detailMessage = {error.message}",
+        }
+    elif error is not None:
+        fields = {"message": failure_message(error), **fields, "status": "Fail", "number_loaded_rows": 0}
+        if fields.get("error_url") is None:
+            fields["error_url"] = getattr(error, "error_url", None)
+    return LoadResult(**fields)

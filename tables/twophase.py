@@ -38,8 +38,17 @@ class TwoPhase:
         """Run `commit` or `abort`; returns Doris's success message.
 
         Raises:
-            TxnOperationError: with Doris's status and message.
+            TxnOperationError: with Doris's status and message; any other failure (a bug) as INTERNAL_ERROR.
         """
+        try:
+            return self._operate(db, txn_id=txn_id, label=label, operation=operation)
+        except TxnOperationError:
+            raise
+        except Exception as exc:  # still Doris's error shape, with the text
+            log.exception("2PC %s failed", operation)
+            raise TxnOperationError("INTERNAL_ERROR", str(exc)) from exc
+
+    def _operate(self, db: str, *, txn_id: str | None, label: str | None, operation: str) -> str:
         prefix = (f"label [{label}] " if label else "") + (f"transaction [{txn_id}] " if txn_id else "")
         number: int | None = None
         if txn_id:
@@ -113,7 +122,7 @@ class TwoPhase:
                 done += 1
             except Exception:  # the table is gone: the transaction cannot be published any more
                 log.exception("could not finish the commit of transaction %d", txn.txn_id)
-                self.txns.transition(txn.txn_id, (COMMITTED,), ABORTED, reason="table dropped")
+                self.writer.abort(txn.txn_id, "table dropped", expect=(COMMITTED,))
         return done
 
 

@@ -1,0 +1,121 @@
+"""The life of a stream load below the app, owned in one place.
+
+    StreamLoads.run(load, body chunks)
+        │ planned and its label claimed (PREPARE)                      LoadService.prepare
+        ▼
+    holding(prepared) ── any exception: the transaction aborts (its label is free again);
+        │                whatever happens: the staged body is removed
+        │ body staged and decompressed under its bounds                  loaders.staging.receive_body
+        ▼
+    group commit or a plain run, decided here once                      group_mode
+        │ GroupCommitter.run  /  LoadService.run_staged (the writer commits or aborts)
+        ▼
+    LoadResult, rendered by `tables.load_spec.render_load` for every outcome
+
+The app parses the request (credentials, framing, headers) and renders the reply; every step between is here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from loaders.staging import BodyLimits, StagedPayload, check_body_limit, receive_body
+from spark_runner.group_commit import GroupCommitter, group_mode
+from spark_runner.service import LoadService, PreparedLoad
+from tables.errors import DorisError, LoadError
+from tables.load_spec import LoadRequest, LoadResult, render_load
+
+log = logging.getLogger(__name__)
+
+
+def refused(error: Exception, *, label: str, comment: str = "", txn_id: int = -1) -> LoadResult:
+    """The reply of a load refused before or while its body came in; a bug is logged and still a `Fail`."""
+    if not isinstance(error, DorisError):
+        log.error("stream load planning failed", exc_info=error)
+    return render_load(error, label=label, comment=comment, txn_id=txn_id)
+
+
+@dataclass(frozen=True)
+class HeldLoad:
+    """A prepared load inside `StreamLoads.holding`: where its body is staged, and since when it arrives."""
+
+    prepared: PreparedLoad
+    path: Path
+    received: float  # `time.monotonic()` when the body began to be received
+
+
+@dataclass(frozen=True)
+class StreamLoads:
+    """Runs stream loads from their parsed request and their body's chunks to their `LoadResult`."""
+
+    service: LoadService
+    group_commit: GroupCommitter | None
+    staging_dir: Path
+    limits: BodyLimits
+
+    async def run(self, load: LoadRequest, chunks: AsyncIterator[bytes], *, expected: int | None) -> LoadResult:
+        """Plan and claim, receive the body, run; every failure of the load or its body is a `LoadResult`.
+
+        Raises:
+            Exception: a bug while the load ran (the transaction is aborted unless it committed).
+        """
+        try:
+            check_body_limit(load, expected, self.limits)
+            prepared = await anyio.to_thread.run_sync(self.service.prepare, load)
+        except Exception as exc:
+            return refused(exc, label=load.label, comment=load.comment)
+        try:
+            with self.holding(prepared) as held:
+                staged = await self.receive(held, chunks, expected=expected)
+                receive_ms = int((time.monotonic() - held.received) * 1000)
+                return await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms))
+        except LoadError as exc:
+            return refused(exc, label=load.label, comment=load.comment, txn_id=prepared.txn_id)
+
+    @contextmanager
+    def holding(self, prepared: PreparedLoad) -> Iterator[HeldLoad]:
+        """The block in which a prepared load holds its label.
+
+        Any exception aborts the transaction (a committed one stays committed), and the staged files go
+        whatever happens: a failed load leaves neither a label claim nor a file behind.
+        """
+        held = HeldLoad(prepared, self.staging_dir / f"txn_{prepared.txn_id}.dat", time.monotonic())
+        try:
+            yield held
+        except BaseException:
+            self.service.abort(prepared)
+            raise
+        finally:
+            self.service.cleanup_staged(held.path)
+
+    async def receive(self, held: HeldLoad, chunks: AsyncIterator[bytes], *, expected: int | None) -> StagedPayload:
+        """Stage the body (a pause point once its first chunk is in: tests hold a load there).
+
+        Raises:
+            LoadError.
+        """
+        prepared = held.prepared
+        pauses, table = self.service.writer.pauses, prepared.plan.table.name
+        return await receive_body(
+            chunks,
+            held.path,
+            prepared.request,
+            started=prepared.started,
+            expected=expected,
+            limits=self.limits,
+            first_chunk=lambda: pauses.ahit("staging", table),
+        )
+
+    def run_staged(self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int) -> LoadResult:
+        """Group commit when the load's mode says so, else a plain run: decided here, once."""
+        mode = group_mode(prepared, staged.size) if self.group_commit is not None else None
+        if mode is not None and self.group_commit is not None:
+            return self.group_commit.run(prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms)
+        return self.service.run_staged(prepared, staged.path, load_bytes=staged.size, receive_ms=receive_ms)
