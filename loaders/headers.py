@@ -89,9 +89,7 @@ def parse_load_request(
     return build_request(db, table, OptionValues(headers), limits=limits)
 
 
-def build_request(
-    db: str, table: str, options: OptionValues, *, limits: InputLimits = DEFAULT_LIMITS
-) -> LoadRequest:
+def build_request(db: str, table: str, options: OptionValues, *, limits: InputLimits = DEFAULT_LIMITS) -> LoadRequest:
     """The `LoadRequest` of a load's options (headers, or a LOAD / CREATE ROUTINE LOAD statement's), checked in
     Doris's order: the first error a load would meet in Doris is the one it gets.
 

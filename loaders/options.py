@@ -426,7 +426,12 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         read=lambda value: value == "true",  # compared as the exact string, as the BE does: `True` is not 2PC
     ),
     _bool("negative", "Negative load (aggregate tables): the loaded SUM values are subtracted."),
-    _tuning("exec_mem_limit", "integer", read=_leading_integer("Invalid mem limit format, stoll")),
+    _tuning(
+        "exec_mem_limit",
+        "integer",
+        read=_leading_integer("Invalid mem limit format, stoll"),
+        properties=frozenset({"broker"}),
+    ),
     _tuning("send_batch_parallelism", "integer", read=_leading_integer("Invalid send_batch_parallelism format")),
     _tuning("load_stream_per_node", "integer", read=_leading_integer("Invalid load_stream_per_node format")),
     _tuning("load_to_single_tablet", "boolean", default=False),

@@ -18,6 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loaders.headers import parse_load_request
 from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
@@ -26,6 +27,7 @@ from tables.errors import DorisError, KafkaConfigError, KafkaPropertyError, Kafk
 from tables.routine_load import (
     CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,
+    STORE_FORMAT,
     TABLE_ERR,
     TASKS_ABORT_ERR,
     TOO_MANY_ERRORS,
@@ -93,7 +95,10 @@ class RoutineLoadManager:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the jobs, fold in batches that became visible before a crash, run the active ones."""
+        """Load the jobs (migrating a store an earlier release wrote), fold in batches that became visible before a
+        crash, run the active ones."""
+        if migrated := self.store.migrate(upgrade_job_v1):
+            log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
         for job in self.store.all():
             self._fold_committed(job)
             self._jobs[job.id] = job
@@ -320,16 +325,9 @@ class RoutineLoadManager:
         label = f"{spec.name}-{task.task_id}"
         path = self.staging_dir / f"routine_load_{job_id}_{task.task_id}"
         try:
-            size = stage_batch(
-                batch,
-                path,
-                fmt=spec.headers.get("format", "csv"),
-                strip_outer_array=spec.headers.get("strip_outer_array") == "true",
-            )
-            headers = {k: v for k, v in spec.headers.items() if k != "strip_outer_array"}
+            size = stage_batch(batch, path, fmt=spec.request.format, strip_outer_array=spec.strip_outer_array)
             try:
-                request = parse_load_request(spec.db, spec.table, {**headers, "label": label})
-                prepared = self.loads.prepare(request)
+                prepared = self.loads.prepare(spec.request.model_copy(update={"label": label, "table": spec.table}))
             except TableNotFound as exc:
                 with self._lock:
                     self._set_state(self._jobs[job_id], JobState.CANCELLED, error_reason(TABLE_ERR, exc.message))
@@ -379,6 +377,25 @@ class RoutineLoadManager:
             self.store.save(job)
         log.warning("routine load job %s: batch aborted: %s", job_id, message)
         return False
+
+
+def upgrade_job_v1(job: dict[str, Any]) -> dict[str, Any]:
+    """A job stored before the option table (store format 1): the raw stream-load headers of its batches become
+    the `LoadRequest` they stood for, read as that release read them for each batch. A job whose headers no
+    longer parse (every batch of it would fail) is kept for SHOW, cancelled with the reason."""
+    spec = dict(job["spec"])
+    headers = dict(spec.pop("headers", {}))
+    strip_outer_array = headers.pop("strip_outer_array", None) == "true"
+    try:
+        request = parse_load_request(spec["db"], spec["table"], {**headers, "label": spec["name"]})
+    except LoadError as exc:
+        log.warning("routine load job %s cancelled by the store migration: %s", spec["name"], exc.text)
+        if JobState(job.get("state", JobState.NEED_SCHEDULE)).is_final:
+            return {**job, "spec": spec}
+        reason = error_reason(CREATE_TASKS_ERR, exc.text)
+        return {**job, "spec": spec, "state": JobState.CANCELLED, "end_time": time.time(), "reason": reason}
+    spec |= {"request": request.model_dump(mode="json"), "strip_outer_array": strip_outer_array}
+    return {**job, "spec": spec}
 
 
 def _task_id() -> str:

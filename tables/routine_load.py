@@ -1,5 +1,8 @@
 """Routine load jobs: their definition, state and statistics, kept in SQLite beside the transactions.
 
+A job keeps the `LoadRequest` its batches run (store format 2); a store written by an earlier release holds
+raw stream-load headers instead (format 1) and is migrated when the manager opens it (`migrate`).
+
 A job's committed Kafka offsets are never stored on their own. Each batch writes its offsets (and row
 counts) keyed by its transaction id *before* its load runs; they take effect exactly when that transaction
 is VISIBLE, which the Iceberg snapshot decides atomically (a crash in between is resolved by
@@ -17,10 +20,12 @@ import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tables.errors import AlreadyExists, DorisError, KafkaPropertyError
+from tables.load_spec import LoadRequest
 from tables.source_paths import check_cert_file
 
 
@@ -145,7 +150,8 @@ def kafka_client_config(properties: Mapping[str, str], cert_dir: Path | None) ->
 
 
 class RoutineLoadSpec(BaseModel):
-    """What CREATE ROUTINE LOAD asked for, validated; `headers` is the same load as stream-load headers."""
+    """What CREATE ROUTINE LOAD asked for, validated; `request` is the load each batch runs (with a label of its
+    own), by default a plain CSV load labelled with the job's name."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -153,7 +159,8 @@ class RoutineLoadSpec(BaseModel):
     db: str
     table: str
     merge_type: str = "APPEND"
-    headers: dict[str, str] = Field(default_factory=dict)
+    request: LoadRequest
+    strip_outer_array: bool = False  # JSON: a message holding an array is staged as one row per element
     job_properties: dict[str, str] = Field(default_factory=dict)  # JobProperties as SHOW prints them
     desired_concurrent_number: int = 256
     max_error_number: int = 0
@@ -168,6 +175,15 @@ class RoutineLoadSpec(BaseModel):
     default_offset: int = OFFSET_END
     custom_properties: dict[str, str] = Field(default_factory=dict)  # `property.x` without the prefix
     comment: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_request(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "request" in data:
+            return data
+        if "headers" in data:  # never read silently as a default load
+            raise ValueError("a routine load spec of store format 1 (raw headers): RoutineLoadStore.migrate first")
+        return {**data, "request": LoadRequest(db=data["db"], table=data["table"], label=data["name"])}
 
 
 class JobStatistic(BaseModel):
@@ -275,7 +291,10 @@ CREATE TABLE IF NOT EXISTS routine_load_txns (
     counts TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS routine_load_txns_job ON routine_load_txns (job_id, txn_id);
+CREATE TABLE IF NOT EXISTS routine_load_format (version INTEGER NOT NULL);
 """
+# 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest
+STORE_FORMAT = 2
 
 
 class RoutineLoadStore:
@@ -288,6 +307,41 @@ class RoutineLoadStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._conn.execute("BEGIN IMMEDIATE")
+        if self._conn.execute("SELECT version FROM routine_load_format").fetchone() is None:
+            older = self._conn.execute("SELECT 1 FROM routine_load_jobs LIMIT 1").fetchone() is not None
+            self._conn.execute("INSERT INTO routine_load_format (version) VALUES (?)", (1 if older else STORE_FORMAT,))
+        self._conn.execute("COMMIT")
+
+    @property
+    def format(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT version FROM routine_load_format").fetchone()[0])
+
+    def migrate(self, upgrade_v1: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+        """Bring a store of an earlier format to `STORE_FORMAT`, in one transaction; returns the jobs rewritten.
+
+        `upgrade_v1` turns a format-1 job (its JSON body) into the current one: turning headers into a
+        `LoadRequest` takes the header parser, a layer above this one.
+        """
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                (version,) = self._conn.execute("SELECT version FROM routine_load_format").fetchone()
+                rows = self._conn.execute("SELECT job_id, body FROM routine_load_jobs").fetchall()
+                if version >= STORE_FORMAT:
+                    rows = []
+                for job_id, body in rows:
+                    job = RoutineLoadJob.model_validate(upgrade_v1(json.loads(body)))
+                    self._conn.execute(
+                        "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job_id)
+                    )
+                self._conn.execute("UPDATE routine_load_format SET version = ?", (STORE_FORMAT,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(rows)
 
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
         """Register a job in NEED_SCHEDULE.
