@@ -50,7 +50,7 @@ def stream_load_headers() -> list[dict[str, Any]]:
     for option in LOAD_OPTIONS:
         params.append(_header(option.name, option.description, _schema(option)))
         params += [
-            _header(alias, f"Alias of `{option.name}` (`{option.name}` wins).", {"type": option.kind})
+            _header(alias, f"Alias of `{option.name}` ({option.name} wins).", {"type": option.kind})
             for alias in option.aliases
         ]
     return params

@@ -22,6 +22,7 @@ import re
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from loaders.formats.csv import decode_separator
@@ -226,7 +227,8 @@ def _text(name: str, description: str, **more: Any) -> LoadOption:
 
 def _tuning(name: str, kind: Kind, **more: Any) -> LoadOption:
     what = "checked to start as an integer, then ignored" if kind == "integer" else "accepted and ignored"
-    return LoadOption(name, kind, f"Tunes Doris internals: {what}.", ignored=True, **more)
+    # no documented default: a generated client would send one with every load
+    return LoadOption(name, kind, f"Tunes Doris internals: {what}.", ignored=True, doc_default=None, **more)
 
 
 # Every option, in the order the OpenAPI spec and docs/headers.md list them.
@@ -410,9 +412,10 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
     ),
     _text(
         "group_commit",
-        "Group commit mode: the load is written with others of the same table in one transaction (sync_mode "
-        "answers once it is visible, async_mode once it is durable); a label of your own is refused with it. "
-        "When absent, the table's `group_commit_mode` property decides.",
+        "Group commit mode: loads of one table with the same options arriving close together share one Spark "
+        "job and one snapshot; sync_mode answers once visible, async_mode once the body is durable, off_mode "
+        "loads alone. When absent, the table's `group_commit_mode` property decides. Not used for two-phase "
+        "commit or partial updates.",
         allowed=("async_mode", "sync_mode", "off_mode"),
         error="group_commit can only be [async_mode, sync_mode, off_mode]",
     ),
@@ -425,7 +428,7 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         allowed=("true", "false"),
         read=lambda value: value == "true",  # compared as the exact string, as the BE does: `True` is not 2PC
     ),
-    _bool("negative", "Negative load (aggregate tables): the loaded SUM values are subtracted."),
+    _bool("negative", "Negative load (aggregate tables): SUM columns are negated; fails unless every value column is SUM."),
     _tuning(
         "exec_mem_limit",
         "integer",
@@ -495,3 +498,46 @@ class OptionValues:
         """Read each option (in this order) for its errors alone."""
         for name in names:
             self.value(name)
+
+
+DOCS_PATH = Path(__file__).resolve().parents[1] / "docs" / "headers.md"
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return f"`{text}`"
+
+
+def markdown() -> str:
+    """docs/headers.md: the option table as the user reads it (a test keeps the file equal to this)."""
+    lines = [
+        "# Stream-load headers",
+        "",
+        "Generated from the option table (`loaders/options.py`) by `python -m loaders.options`; a test fails when",
+        "this file drifts from it. Header names are case-insensitive, and so are the listed values.",
+        "",
+        "| Header | Type | Default | Values | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for opt in LOAD_OPTIONS:
+        names = " ".join(f"`{n}`" for n in (opt.name, *opt.aliases))
+        values = ", ".join(f"`{v}`" for v in opt.documented_values)
+        lines.append(f"| {names} | {opt.kind} | {_cell(opt.documented_default)} | {values} | {opt.description} |")
+    statements = {"broker": "LOAD LABEL ... PROPERTIES", "routine": "CREATE ROUTINE LOAD ... PROPERTIES"}
+    lines += ["", "Refused (not supported by this server yet): " + ", ".join(f"`{n}`" for n in NOT_BUILT_HEADERS)]
+    lines += [
+        "",
+        "SQL properties that set a load option, read as the header is (CREATE ROUTINE LOAD keeps its own texts",
+        "for a bad `strict_mode` or `format`, and reads only csv and json):",
+        "",
+    ]
+    for statement, title in statements.items():
+        lines.append(f"- {title}: " + ", ".join(f"`{n}`" for n in statement_options(statement)))  # type: ignore[arg-type]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    DOCS_PATH.write_text(markdown())
+    print(f"wrote {DOCS_PATH}")
