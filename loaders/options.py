@@ -122,22 +122,6 @@ def parse_time_zone(value: str | None) -> str | None:
     return value
 
 
-def _separator(name: str) -> Callable[[str], str]:
-    return lambda value: decode_separator(value, header=name)
-
-
-def _single_char(name: str) -> Callable[[str], str]:
-    """`enclose` / `escape`: one byte, written as itself or as `\\xNN`. Raises: BadHeader when longer."""
-
-    def read(raw: str) -> str:
-        value = decode_separator(raw, header=name)
-        if len(value.encode()) != 1:
-            raise BadHeader(f"{name} must be single-char, actually is {raw}")
-        return value
-
-    return read
-
-
 def _leading_integer(message: str) -> Callable[[str], str]:
     """A tuning value Doris parses with `std::stoll` / `stoi`: it must start as an integer (then it is ignored)."""
 
@@ -225,6 +209,33 @@ def _text(name: str, description: str, **more: Any) -> LoadOption:
     return LoadOption(name, "string", description, **more)
 
 
+def _separator_option(name: str, what: str, default: str, default_name: str) -> LoadOption:
+    """A CSV separator: kept as sent (spaces too), an empty one refused. Its default is only in the text: a raw
+    newline cannot travel in a header, and openapi-python-client 0.29 escapes a backslash in a default twice,
+    so a generated SDK would send `\\\\n`."""
+    return _text(
+        name,
+        f"{what}, any length; `\\t`, `\\n`, `\\xNN` escapes. Default: {default_name}.",
+        default=default,
+        doc_default=None,
+        read=lambda value: decode_separator(value, header=name),
+        strip=False,
+        empty_is_absent=False,
+    )
+
+
+def _single_char(name: str, description: str) -> LoadOption:
+    """`enclose` / `escape`: one byte, written as itself or as `\\xNN` (kept as sent: a space is a character)."""
+
+    def read(raw: str) -> str:
+        value = decode_separator(raw, header=name)
+        if len(value.encode()) != 1:
+            raise BadHeader(f"{name} must be single-char, actually is {raw}")
+        return value
+
+    return _text(name, description, read=read, strip=False, properties=frozenset({"routine"}))
+
+
 def _tuning(name: str, kind: Kind, **more: Any) -> LoadOption:
     what = "checked to start as an integer, then ignored" if kind == "integer" else "accepted and ignored"
     # no documented default: a generated client would send one with every load
@@ -249,26 +260,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         read=parse_format,
         properties=frozenset({"routine"}),
     ),
-    # defaults only in the text: a raw newline cannot travel in a header, and openapi-python-client 0.29
-    # escapes a backslash in a default twice, so a generated SDK would send `\\\\n`
-    _text(
-        "column_separator",
-        "CSV column separator, any length; `\\t`, `\\n`, `\\xNN` escapes. Default: tab.",
-        default="\t",
-        doc_default=None,
-        read=_separator("column_separator"),
-        strip=False,
-        empty_is_absent=False,
-    ),
-    _text(
-        "line_delimiter",
-        "CSV line delimiter, any length; `\\t`, `\\n`, `\\xNN` escapes. Default: newline.",
-        default="\n",
-        doc_default=None,
-        read=_separator("line_delimiter"),
-        strip=False,
-        empty_is_absent=False,
-    ),
+    _separator_option("column_separator", "CSV column separator", "\t", "tab"),
+    _separator_option("line_delimiter", "CSV line delimiter", "\n", "newline"),
     LoadOption(
         "skip_lines",
         "integer",
@@ -277,20 +270,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         minimum=0,
         read=parse_skip_lines,
     ),
-    _text(
-        "enclose",
-        "CSV enclosing character (one byte): separators inside it are data.",
-        read=_single_char("enclose"),
-        strip=False,
-        properties=frozenset({"routine"}),
-    ),
-    _text(
-        "escape",
-        "CSV escape character (one byte) inside enclosed fields.",
-        read=_single_char("escape"),
-        strip=False,
-        properties=frozenset({"routine"}),
-    ),
+    _single_char("enclose", "CSV enclosing character (one byte): separators inside it are data."),
+    _single_char("escape", "CSV escape character (one byte) inside enclosed fields."),
     _bool("trim_double_quotes", "Strip the outer double quotes of each CSV field."),
     _bool("empty_field_as_null", "Read empty CSV fields as NULL.", properties=frozenset({"routine"})),
     _text(
@@ -428,7 +409,10 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         allowed=("true", "false"),
         read=lambda value: value == "true",  # compared as the exact string, as the BE does: `True` is not 2PC
     ),
-    _bool("negative", "Negative load (aggregate tables): SUM columns are negated; fails unless every value column is SUM."),
+    _bool(
+        "negative",
+        "Negative load (aggregate tables): SUM columns are negated; fails unless every value column is SUM.",
+    ),
     _tuning(
         "exec_mem_limit",
         "integer",

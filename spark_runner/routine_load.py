@@ -18,7 +18,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loaders.headers import parse_load_request
 from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
@@ -97,7 +96,7 @@ class RoutineLoadManager:
     def start(self) -> None:
         """Load the jobs (migrating a store an earlier release wrote), fold in batches that became visible before a
         crash, run the active ones."""
-        if migrated := self.store.migrate(upgrade_job_v1):
+        if migrated := self.store.migrate(parse_load_request):
             log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
         for job in self.store.all():
             self._fold_committed(job)
@@ -377,25 +376,6 @@ class RoutineLoadManager:
             self.store.save(job)
         log.warning("routine load job %s: batch aborted: %s", job_id, message)
         return False
-
-
-def upgrade_job_v1(job: dict[str, Any]) -> dict[str, Any]:
-    """A job stored before the option table (store format 1): the raw stream-load headers of its batches become
-    the `LoadRequest` they stood for, read as that release read them for each batch. A job whose headers no
-    longer parse (every batch of it would fail) is kept for SHOW, cancelled with the reason."""
-    spec = dict(job["spec"])
-    headers = dict(spec.pop("headers", {}))
-    strip_outer_array = headers.pop("strip_outer_array", None) == "true"
-    try:
-        request = parse_load_request(spec["db"], spec["table"], {**headers, "label": spec["name"]})
-    except LoadError as exc:
-        log.warning("routine load job %s cancelled by the store migration: %s", spec["name"], exc.text)
-        if JobState(job.get("state", JobState.NEED_SCHEDULE)).is_final:
-            return {**job, "spec": spec}
-        reason = error_reason(CREATE_TASKS_ERR, exc.text)
-        return {**job, "spec": spec, "state": JobState.CANCELLED, "end_time": time.time(), "reason": reason}
-    spec |= {"request": request.model_dump(mode="json"), "strip_outer_array": strip_outer_array}
-    return {**job, "spec": spec}
 
 
 def _task_id() -> str:

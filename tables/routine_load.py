@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tables.errors import AlreadyExists, DorisError, KafkaPropertyError
+from tables.errors import AlreadyExists, DorisError, KafkaPropertyError, LoadError
 from tables.load_spec import LoadRequest
 from tables.source_paths import check_cert_file
 
@@ -295,6 +295,7 @@ CREATE TABLE IF NOT EXISTS routine_load_format (version INTEGER NOT NULL);
 """
 # 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest
 STORE_FORMAT = 2
+HeaderParser = Callable[[str, str, Mapping[str, str]], LoadRequest]  # (db, table, headers) → the load
 
 
 class RoutineLoadStore:
@@ -318,11 +319,10 @@ class RoutineLoadStore:
         with self._lock:
             return int(self._conn.execute("SELECT version FROM routine_load_format").fetchone()[0])
 
-    def migrate(self, upgrade_v1: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    def migrate(self, parse_headers: HeaderParser) -> int:
         """Bring a store of an earlier format to `STORE_FORMAT`, in one transaction; returns the jobs rewritten.
 
-        `upgrade_v1` turns a format-1 job (its JSON body) into the current one: turning headers into a
-        `LoadRequest` takes the header parser, a layer above this one.
+        `parse_headers` is the stream-load header parser (`loaders.headers.parse_load_request`, a layer above).
         """
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -332,7 +332,7 @@ class RoutineLoadStore:
                 if version >= STORE_FORMAT:
                     rows = []
                 for job_id, body in rows:
-                    job = RoutineLoadJob.model_validate(upgrade_v1(json.loads(body)))
+                    job = RoutineLoadJob.model_validate(_upgrade_v1(json.loads(body), parse_headers))
                     self._conn.execute(
                         "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job_id)
                     )
@@ -412,6 +412,24 @@ class RoutineLoadStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _upgrade_v1(job: dict[str, Any], parse_headers: HeaderParser) -> dict[str, Any]:
+    """A format-1 job: the raw stream-load headers of its batches become the `LoadRequest` they stood for, read
+    as that release read them for each batch. A job whose headers no longer parse (every batch of it would fail)
+    is kept for SHOW, cancelled with the reason."""
+    spec = dict(job["spec"])
+    headers = dict(spec.pop("headers", {}))
+    strip_outer_array = headers.pop("strip_outer_array", None) == "true"
+    try:
+        request = parse_headers(spec["db"], spec["table"], {**headers, "label": spec["name"]})
+    except LoadError as exc:
+        if JobState(job.get("state", JobState.NEED_SCHEDULE)).is_final:
+            return {**job, "spec": spec}
+        reason = error_reason(CREATE_TASKS_ERR, exc.text)
+        return {**job, "spec": spec, "state": JobState.CANCELLED, "end_time": time.time(), "reason": reason}
+    spec |= {"request": request.model_dump(mode="json"), "strip_outer_array": strip_outer_array}
+    return {**job, "spec": spec}
 
 
 class JobNotFound(DorisError):

@@ -116,6 +116,10 @@ def _store_as_the_previous_release(data_dir: Path) -> None:
         conn.execute("DROP TABLE routine_load_format")
 
 
+def _statistic(server: ServerProcess) -> dict[str, Any]:
+    return json.loads(_show(server, "up_job")["Statistic"])  # type: ignore[no-any-return]
+
+
 def _steady(job: dict[str, Any]) -> dict[str, Any]:
     properties = json.loads(job["JobProperties"])
     properties.pop("current_concurrent_number")
@@ -133,7 +137,7 @@ def test_a_job_the_previous_release_stored_as_headers_runs_on_after_the_upgrade(
     server.sql(DB, f"CREATE DATABASE {DB}")
     server.sql(DB, "CREATE TABLE u (k INT, v VARCHAR(8)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
     server.sql(DB, UPGRADE_JOB.format(bootstrap=kafka.bootstrap, topic=name))
-    _wait("the first messages", lambda: json.loads(_show(server, "up_job")["Progress"]) == {"0": "1"})
+    _wait("the first messages", lambda: _statistic(server)["totalRows"] == 3)
     before = _steady(_show(server, "up_job"))
     server.kill()
 
@@ -141,9 +145,10 @@ def test_a_job_the_previous_release_stored_as_headers_runs_on_after_the_upgrade(
     kafka.produce(name, [(0, b'[{"k": 0, "tmp": "z"}, {"k": 5, "tmp": "q"}]')])
     server.start()
     server.wait_for_log(["routine load store migrated to format 2: 1 jobs"])
-    _wait("the message sent during the upgrade", lambda: json.loads(_show(server, "up_job")["Progress"]) == {"0": "2"})
-    assert _steady(_show(server, "up_job")) == {**before, "Progress": '{"0":"2"}'}
+    _wait("the message sent during the upgrade", lambda: _statistic(server)["totalRows"] == 5)
+    progress = {**json.loads(before["Progress"]), "0": "2"}
+    assert _steady(_show(server, "up_job")) == {**before, "Progress": json.dumps(progress, separators=(",", ":"))}
     assert server.sql(DB, "SELECT k, v FROM u ORDER BY k")["data"] == [[0, "Z"], [1, "A"], [2, "B"]]
-    assert json.loads(_show(server, "up_job")["Statistic"])["unselectedRows"] == 2
+    assert _statistic(server)["unselectedRows"] == 2
     server.sql(DB, "STOP ROUTINE LOAD FOR up_job")
     kafka.producer.flush(5)
