@@ -427,6 +427,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
     _tuning("num_as_string", "boolean", default=False),
 )
 OPTIONS: dict[str, LoadOption] = {option.name.lower(): option for option in LOAD_OPTIONS}
+# the keys a value is looked up under, by option name as the table spells it: its name, then its aliases
+_KEYS = {o.name: tuple(n.lower() for n in (o.name, *o.aliases)) for o in LOAD_OPTIONS}
 
 
 def option(name: str) -> LoadOption:
@@ -449,20 +451,25 @@ class OptionValues:
     def __init__(self, sent: Mapping[str, str], given: Mapping[str, Any] | None = None) -> None:
         self._sent = sent
         self._given = dict(given or {})
+        self._texts: dict[str, str | None] = {}  # a request reads some options twice: looked up once
 
     def text(self, name: str) -> str | None:
         """The value as sent (stripped unless the option keeps spaces), None when absent; an empty value of the
         option's own name gives way to an alias's."""
+        if name in self._texts:
+            return self._texts[name]
         found: str | None = None
         known = OPTIONS.get(name.lower())
-        for key in (name, *(known.aliases if known else ())):
-            raw = self._sent.get(key.lower())
+        for key in _KEYS.get(name) or (name.lower(),):
+            raw = self._sent.get(key)
             if raw is None:
                 continue
             value = raw.strip() if known is None or known.strip else raw
             if value:
-                return value
+                found = value
+                break
             found = value if found is None else found
+        self._texts[name] = found
         return found
 
     def sent(self, name: str) -> bool:
