@@ -2,8 +2,8 @@
 `openapi/openapi.json`; a test fails when the committed file drifts from the code).
 
 Handlers read headers and bodies raw, as Doris does, so the parts FastAPI cannot see are declared here: every
-stream-load header as a parameter (type, enum, default), the load body as bytes, the FE envelope replies,
-and HTTP Basic as the security scheme.
+stream-load header as a parameter (type, enum, default: generated from the option table, `loaders/options.py`),
+the load body as bytes, the FE envelope replies, and HTTP Basic as the security scheme.
 """
 
 from __future__ import annotations
@@ -16,112 +16,50 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
-from loaders.headers import COMPRESS_TYPES, MAX_TIMEOUT_S
+from loaders.options import LOAD_OPTIONS, LoadOption
 from tables.load_spec import GROUP_COMMIT_OMITS, LoadResult
 
 SPEC_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
 BASIC = "basicAuth"
 
 
+def _schema(option: LoadOption) -> dict[str, Any]:
+    """The JSON schema of one option's header: its type, allowed values, bounds and documented default."""
+    schema: dict[str, Any] = {"type": option.kind}
+    if option.pattern:
+        schema["pattern"] = option.pattern
+    if option.documented_values and option.kind != "boolean":
+        schema["enum"] = list(option.documented_values)
+    if option.minimum is not None:
+        schema["minimum"] = option.minimum
+    if option.maximum is not None:
+        schema["maximum"] = option.maximum
+    if option.documented_default is not None:
+        schema["default"] = option.documented_default
+    return schema
+
+
 def _header(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "header", "required": False, "description": description, "schema": schema}
 
 
-def _bool(name: str, description: str) -> dict[str, Any]:
-    return _header(name, description, {"type": "boolean", "default": False})
-
-
-def _text(name: str, description: str, **schema: Any) -> dict[str, Any]:
-    return _header(name, description, {"type": "string", **schema})
-
-
-# Every header `loaders/headers.py` reads, as Doris documents it (contract §2); values are case-insensitive.
-STREAM_LOAD_HEADERS: list[dict[str, Any]] = [
-    _text(
-        "label",
-        "Unique label of the load within the database: a retried load with the same label is not applied twice. "
-        "Default: a generated UUID.",
-        pattern=r"^[-_A-Za-z0-9:]{1,128}$",
-    ),
-    _text(
-        "format",
-        "Payload format.",
-        enum=["csv", "csv_with_names", "csv_with_names_and_types", "json", "parquet", "orc"],
-        default="csv",
-    ),
-    # defaults only in the text: a raw newline cannot travel in a header, and openapi-python-client 0.29
-    # escapes a backslash in a default twice, so a generated SDK would send `\\\\n`
-    _text("column_separator", "CSV column separator, any length; `\\t`, `\\n`, `\\xNN` escapes. Default: tab."),
-    _text("line_delimiter", "CSV line delimiter, any length; `\\t`, `\\n`, `\\xNN` escapes. Default: newline."),
-    _header(
-        "skip_lines", "CSV lines skipped at the start of the payload.", {"type": "integer", "minimum": 0, "default": 0}
-    ),
-    _text("enclose", "CSV enclosing character (one byte): separators inside it are data."),
-    _text("escape", "CSV escape character (one byte) inside enclosed fields."),
-    _bool("trim_double_quotes", "Strip the outer double quotes of each CSV field."),
-    _bool("empty_field_as_null", "Read empty CSV fields as NULL."),
-    _text("compress_type", "Compression of the payload.", enum=sorted(COMPRESS_TYPES)),
-    _text(
-        "Content-Encoding",
-        "HTTP compression of the payload, used when `compress_type` is not set.",
-        enum=["identity", "gzip", "lz4", "zstd", "deflate"],
-    ),
-    _text("columns", "Column mapping, e.g. `k, tmp, v = upper(tmp)`: payload fields in order, derived columns after."),
-    _text("hidden_columns", "Hidden columns the payload carries, e.g. `__DORIS_DELETE_SIGN__`."),
-    _text("where", "Filter: rows not matching it are counted as unselected."),
-    _text(
-        "merge_type",
-        "APPEND adds rows, DELETE deletes their keys, MERGE decides per row by `delete`.",
-        enum=["APPEND", "DELETE", "MERGE"],
-        default="APPEND",
-    ),
-    _text("delete", "Condition marking rows as deletes; required with merge_type MERGE, refused otherwise."),
-    _text("function_column.sequence_col", "Column whose value is the row's sequence (tables with sequence_type)."),
-    _header(
-        "max_filter_ratio",
-        "Largest fraction of rows that may be filtered for bad data before the load fails.",
-        {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
-    ),
-    _bool("strict_mode", "Reject rows whose values do not convert, instead of loading NULL."),
-    _header(
-        "timeout",
-        "Seconds the load may take.",
-        {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S, "default": MAX_TIMEOUT_S},
-    ),
-    _text("timezone", "Time zone of the load (name or offset such as +08:00); default: the server's session zone."),
-    _text("time_zone", "Alias of `timezone` (timezone wins)."),
-    _text("comment", "Comment echoed in the reply."),
-    _bool("strip_outer_array", "JSON: the payload is one array of rows (at most SL_MAX_JSON_BODY_BYTES)."),
-    _bool(
-        "read_json_by_line",
-        "JSON: one row per line (the default when neither this nor strip_outer_array is sent); false reads "
-        "the payload as one document (at most SL_MAX_JSON_BODY_BYTES).",
-    ),
-    _text("jsonpaths", 'JSON: where each column is found, e.g. `["$.id", "$.name"]`.'),
-    _text("json_root", "JSON: the path of the rows inside each document."),
-    _bool("partial_columns", "Partial-column update of a merge-on-write unique table (same as UPDATE_FIXED_COLUMNS)."),
-    _text(
-        # no declared default: a sent UPSERT would override `partial_columns`
-        "unique_key_update_mode",
-        "Unique-key update mode; when absent, UPSERT unless `partial_columns` is true.",
-        enum=["UPSERT", "UPDATE_FIXED_COLUMNS"],
-    ),
-    _text(
-        "partial_update_new_key_behavior",
-        "Partial update of a key not in the table: APPEND inserts it, ERROR fails the load.",
-        enum=["APPEND", "ERROR"],
-        default="APPEND",
-    ),
-    _text("group_commit", "Group commit mode; only `off_mode` is built.", enum=["off_mode"], default="off_mode"),
-    _text("two_phase_commit", "Two-phase commit; not built yet, so only `false`.", enum=["false"], default="false"),
-    _bool("negative", "Negative load (aggregate SUM tables); not built yet, so only false."),
-]
+def stream_load_headers() -> list[dict[str, Any]]:
+    """Every load option as a header parameter, generated from the option table so the two cannot drift; an
+    alias is a parameter of its own."""
+    params = []
+    for option in LOAD_OPTIONS:
+        params.append(_header(option.name, option.description, _schema(option)))
+        params += [
+            _header(alias, f"Alias of `{option.name}` ({option.name} wins).", {"type": option.kind})
+            for alias in option.aliases
+        ]
+    return params
 
 
 def stream_load_operation() -> dict[str, Any]:
     """The `openapi_extra` of the stream-load route: header parameters and the payload."""
     return {
-        "parameters": STREAM_LOAD_HEADERS,
+        "parameters": stream_load_headers(),
         "requestBody": {
             "required": True,
             "description": "The payload: CSV or JSON text, or Parquet/ORC bytes, possibly compressed.",

@@ -26,6 +26,7 @@ from tables.errors import DorisError, KafkaConfigError, KafkaPropertyError, Kafk
 from tables.routine_load import (
     CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,
+    STORE_FORMAT,
     TABLE_ERR,
     TASKS_ABORT_ERR,
     TOO_MANY_ERRORS,
@@ -93,7 +94,10 @@ class RoutineLoadManager:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the jobs, fold in batches that became visible before a crash, run the active ones."""
+        """Load the jobs (migrating a store an earlier release wrote), fold in batches that became visible before a
+        crash, run the active ones."""
+        if migrated := self.store.migrate(parse_load_request):
+            log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
         for job in self.store.all():
             self._fold_committed(job)
             self._jobs[job.id] = job
@@ -320,16 +324,9 @@ class RoutineLoadManager:
         label = f"{spec.name}-{task.task_id}"
         path = self.staging_dir / f"routine_load_{job_id}_{task.task_id}"
         try:
-            size = stage_batch(
-                batch,
-                path,
-                fmt=spec.headers.get("format", "csv"),
-                strip_outer_array=spec.headers.get("strip_outer_array") == "true",
-            )
-            headers = {k: v for k, v in spec.headers.items() if k != "strip_outer_array"}
+            size = stage_batch(batch, path, fmt=spec.request.format, strip_outer_array=spec.strip_outer_array)
             try:
-                request = parse_load_request(spec.db, spec.table, {**headers, "label": label})
-                prepared = self.loads.prepare(request)
+                prepared = self.loads.prepare(spec.request.model_copy(update={"label": label, "table": spec.table}))
             except TableNotFound as exc:
                 with self._lock:
                     self._set_state(self._jobs[job_id], JobState.CANCELLED, error_reason(TABLE_ERR, exc.message))

@@ -1,10 +1,11 @@
 """Broker load: `LOAD LABEL db.label (DATA INFILE(...) INTO TABLE t ...) [WITH BROKER ...] [PROPERTIES (...)]`,
 `SHOW LOAD`, `CANCEL LOAD` and `SHOW TRANSACTION` (the Kafka connector's recovery query).
 
-    LOAD LABEL ──parse──► the same headers a stream load would send ──► LoadRequest (same checks, same
-        allow-list) ──► plan, files, label, queue bound ──► a job row (PENDING) ──queue──► one of
-        `concurrency` workers: files resolved again, PREPARE ──► LOADING: one Spark load job over the files,
-        committed by the single writer ──► FINISHED with counts, or CANCELLED with a reason
+    LOAD LABEL ──parse──► the load options it sets ──► LoadRequest (read through the option table: the
+        checks and allow-list of a stream load's headers) ──► plan, files, label, queue bound ──► a job row
+        (PENDING) ──queue──► one of `concurrency` workers: files resolved again, PREPARE ──► LOADING: one
+        Spark load job over the files, committed by the single writer ──► FINISHED with counts, or CANCELLED
+        with a reason
 
 Files are read only under the allowed roots (`tables/source_paths.py`: links and globs resolved, never the
 server's own folders); the load reads the resolved files, not the patterns. URIs (hdfs://, s3a://) need an
@@ -25,7 +26,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import TokenType
 
-from loaders.headers import parse_load_request
+from loaders.headers import build_request
+from loaders.options import OptionValues, statement_options
 from spark_runner.load_job import POS
 from spark_runner.planning import plan_load
 from spark_runner.service import LoadService, PreparedLoad, format_reader
@@ -34,25 +36,35 @@ from sql.results import ExecStatus, ResultSet
 from sql.tokens import Cursor
 from tables.errors import DorisError, LoadError, SqlError, TxnStateError
 from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
-from tables.load_spec import LoadRequest, render_load
+from tables.load_spec import LoadRequest, MergeType, render_load
 from tables.source_paths import SourcePolicy, resolve_sources
 from tables.transactions import VISIBLE, Txn
 
 log = logging.getLogger(__name__)
 
 FILE_SHIFT = 47  # rows of the n-th file come after those of earlier files: (file << FILE_SHIFT) + position
+PROPERTY_OPTIONS = frozenset(statement_options("broker"))  # PROPERTIES keys that set a load option; others are ignored
 CLAUSE_WORDS = ("SET", "WHERE", "DELETE", "ORDER", "ORDER BY", "PRECEDING", "PROPERTIES", "COLUMNS", "FORMAT", "LINES")
 
 
 @dataclass
 class BrokerLoad:
-    """One parsed LOAD statement (a single data description)."""
+    """One parsed LOAD statement (a single data description): the load options its clauses and PROPERTIES set,
+    as written (`options`), or typed by a keyword (`merge_type`, `negative`)."""
 
     db: str
     label: str
     table: str
     paths: list[str]
-    headers: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+    merge_type: MergeType | None = None
+    negative: bool = False
+
+    def load_options(self) -> OptionValues:
+        given: dict[str, object] = {"negative": self.negative}
+        if self.merge_type is not None:
+            given["merge_type"] = self.merge_type
+        return OptionValues({**self.options, "label": self.label}, given)
 
 
 def _raw_until(cur: Cursor, stops: tuple[str, ...]) -> str:
@@ -84,11 +96,12 @@ def _string_list(cur: Cursor) -> list[str]:
 
 
 def _properties(cur: Cursor) -> dict[str, str]:
-    return {k.lower(): v for k, v in parse_properties(cur).items()}
+    """The PROPERTIES that set a load option (names in lower case); Doris's other job properties are ignored."""
+    return {k.lower(): v for k, v in parse_properties(cur).items() if k.lower() in PROPERTY_OPTIONS}
 
 
 def parse_load(text: str, current_db: str | None) -> BrokerLoad:
-    """Parse `LOAD LABEL ...` into the stream-load headers it stands for.
+    """Parse `LOAD LABEL ...` into the load options it sets.
 
     Raises:
         SqlError: a syntax error, naming what was expected and where.
@@ -100,14 +113,14 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
     if not db:
         raise SqlError("No database selected")
     cur.expect_type(TokenType.L_PAREN, "(")
-    headers: dict[str, str] = {"label": label}
-    for merge in ("MERGE", "APPEND", "DELETE"):
-        if cur.accept(merge):
-            headers["merge_type"] = merge
+    options: dict[str, str] = {}
+    merge_type = None
+    for merge in (MergeType.MERGE, MergeType.APPEND, MergeType.DELETE):
+        if cur.accept(merge.value):
+            merge_type = merge
     cur.expect("DATA", "INFILE")
     paths = _string_list(cur)
-    if cur.accept("NEGATIVE"):
-        headers["negative"] = "true"
+    negative = cur.accept("NEGATIVE")
     cur.expect("INTO", "TABLE")
     table = cur.name()
     if cur.accept("PARTITION"):
@@ -115,11 +128,11 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
     columns: list[str] = []
     while not cur.accept_type(TokenType.R_PAREN):
         if cur.accept("COLUMNS", "TERMINATED", "BY"):
-            headers["column_separator"] = cur.string()
+            options["column_separator"] = cur.string()
         elif cur.accept("LINES", "TERMINATED", "BY"):
-            headers["line_delimiter"] = cur.string()
+            options["line_delimiter"] = cur.string()
         elif cur.accept("FORMAT", "AS"):
-            headers["format"] = cur.string().lower()
+            options["format"] = cur.string().lower()
         elif cur.at(TokenType.L_PAREN):
             cur.next()
             columns = [cur.name()]
@@ -136,17 +149,17 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
         elif cur.accept("PRECEDING", "FILTER"):
             raise SqlError("PRECEDING FILTER in LOAD is not supported by this server yet")
         elif cur.accept("WHERE"):
-            headers["where"] = _raw_until(cur, CLAUSE_WORDS)
+            options["where"] = _raw_until(cur, CLAUSE_WORDS)
         elif cur.accept("DELETE", "ON"):
-            headers["delete"] = _raw_until(cur, CLAUSE_WORDS)
+            options["delete"] = _raw_until(cur, CLAUSE_WORDS)
         elif cur.accept("ORDER BY") or cur.accept("ORDER", "BY"):  # sqlglot reads ORDER BY as one token
-            headers["function_column.sequence_col"] = cur.name()
+            options["function_column.sequence_col"] = cur.name()
         elif cur.accept("PROPERTIES"):
-            _apply_properties(headers, _properties(cur))
+            options.update(_properties(cur))
         else:
             raise cur.error("a data description clause")
     if columns:
-        headers["columns"] = ", ".join(columns)
+        options["columns"] = ", ".join(columns)
     if cur.accept("WITH"):
         cur.accept("BROKER") or cur.accept("S3") or cur.accept("HDFS") or cur.accept("RESOURCE")
         if not cur.at(TokenType.L_PAREN):
@@ -154,10 +167,10 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
         if cur.at(TokenType.L_PAREN):
             cur.skip_parens()
     if cur.accept("PROPERTIES"):
-        _apply_properties(headers, _properties(cur))
+        options.update(_properties(cur))
     if not cur.at_end():
         raise cur.error("end of statement")
-    return BrokerLoad(db=db, label=label, table=table, paths=paths, headers=headers)
+    return BrokerLoad(db, label, table, paths, options, merge_type, negative)
 
 
 def _raw_until_comma(cur: Cursor) -> str:
@@ -173,12 +186,6 @@ def _raw_until_comma(cur: Cursor) -> str:
         end = tok
         cur.next()
     return cur.text[start.start : end.end + 1].strip()
-
-
-def _apply_properties(headers: dict[str, str], props: dict[str, str]) -> None:
-    for key in ("timeout", "max_filter_ratio", "strict_mode", "timezone", "exec_mem_limit"):
-        if key in props:
-            headers[key] = props[key]
 
 
 def _time(ts: float | None) -> str:
@@ -243,7 +250,7 @@ class BrokerLoads:
         return ExecStatus()
 
     def _request(self, load: BrokerLoad) -> LoadRequest:
-        return parse_load_request(load.db, load.table, load.headers).model_copy(update={"source": "broker_load"})
+        return build_request(load.db, load.table, load.load_options()).model_copy(update={"source": "broker_load"})
 
     def _resolve(self, load: BrokerLoad) -> list[str]:
         """The files the load reads. Raises: SourcePathError, worded as Doris's broker load and `local()`."""

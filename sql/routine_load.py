@@ -7,7 +7,9 @@
     SHOW [ALL] ROUTINE LOAD [FOR [db.]job] [LIKE "pattern"] · SHOW ROUTINE LOAD TASK [FROM db] WHERE JobName = "job"
 
 Property checks and their texts follow Doris's `CreateRoutineLoadInfo` and `KafkaDataSourceProperties`;
-`property.*` Kafka client settings pass an allow-list (`tables/routine_load.py`, unlike Doris).
+`property.*` Kafka client settings pass an allow-list (`tables/routine_load.py`, unlike Doris). The properties
+that set a load option (`loaders/options.py`, marked `routine`) are read through the option table, into the
+`LoadRequest` every batch of the job runs.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlglot import TokenType
 
-from loaders.headers import parse_time_zone
+from loaders.headers import build_request
+from loaders.options import OptionValues, option, statement_options
 from sql.tokens import Cursor
 from tables.errors import BadHeader, KafkaPropertyError, SqlError
+from tables.load_spec import LoadRequest, MergeType
 from tables.routine_load import (
     KAFKA_DEFAULT_OFFSETS,
     OFFSET_BEGINNING,
@@ -30,44 +35,24 @@ from tables.routine_load import (
     kafka_client_config,
 )
 
-JOB_PROPERTIES = {
+# the job's own properties (SHOW ROUTINE LOAD prints them; the Doris tuning ones are accepted and ignored)
+JOB_ONLY_PROPERTIES = {
     "desired_concurrent_number",
     "max_error_number",
     "max_filter_ratio",
     "max_batch_interval",
     "max_batch_rows",
     "max_batch_size",
-    "strict_mode",
-    "timezone",
     "exec_mem_limit",
     "send_batch_parallelism",
     "load_to_single_tablet",
-    "partial_columns",
-    "partial_update_new_key_behavior",
-    "unique_key_update_mode",
     "workload_group",
-    "format",
-    "jsonpaths",
-    "strip_outer_array",
+    "strip_outer_array",  # applied when a batch is staged: JSON arrays become one row per line
     "num_as_string",
     "fuzzy_parse",
-    "json_root",
-    "enclose",
-    "escape",
-    "empty_field_as_null",
 }
-# job properties that become the batch's stream-load headers unchanged
-HEADER_PROPERTIES = (
-    "strict_mode",
-    "jsonpaths",
-    "json_root",
-    "enclose",
-    "escape",
-    "empty_field_as_null",
-    "partial_columns",
-    "unique_key_update_mode",
-    "partial_update_new_key_behavior",
-)
+LOAD_PROPERTIES = statement_options("routine")  # properties that set an option of the batches' load
+JOB_PROPERTIES = JOB_ONLY_PROPERTIES | set(LOAD_PROPERTIES)
 KAFKA_PROPERTIES = {"kafka_broker_list", "kafka_topic", "kafka_partitions", "kafka_offsets", "kafka_default_offsets"}
 ENDPOINT_REGEX = "[^:]+:\\d+"
 NAME_PATTERN = re.compile(r"^[a-zA-Z][a-zA-Z0-9\-_]{0,63}$")
@@ -319,35 +304,11 @@ def build_spec(
     size = number("max_batch_size", 1024 * 1024 * 1024, "max_batch_size should between 100MB and 10GB")
     if not 100 * 1024 * 1024 <= size <= 10 * 1024 * 1024 * 1024:
         raise SqlError("max_batch_size should between 100MB and 10GB")
-    strict = props.get("strict_mode", "false").strip().lower()
-    if strict not in ("true", "false"):
-        raise SqlError("strict_mode should be a boolean")
+    strict = _load_property("strict_mode", props.get("strict_mode", "false").strip())
     fmt = props.get("format", "csv").strip().lower()
     if fmt not in ("csv", "json"):
         raise SqlError(f"format:{props.get('format')} is not supported.")
-    try:
-        zone = parse_time_zone(props.get("timezone")) or "UTC"
-    except BadHeader as exc:
-        raise SqlError(exc.text) from None
-
-    headers: dict[str, str] = {"format": fmt, "merge_type": stmt.merge_type, "max_filter_ratio": "1.0"}
-    if stmt.columns:
-        headers["columns"] = stmt.columns
-    if stmt.where:
-        headers["where"] = stmt.where
-    if stmt.delete_on:
-        headers["delete"] = stmt.delete_on
-    if stmt.sequence_col:
-        headers["function_column.sequence_col"] = stmt.sequence_col
-    if stmt.column_separator is not None:
-        headers["column_separator"] = stmt.column_separator
-    if "timezone" in props:
-        headers["timezone"] = zone
-    for key in HEADER_PROPERTIES:
-        if key in props:
-            headers[key] = props[key]
-    if fmt == "json" and props.get("strip_outer_array", "false").strip().lower() == "true":
-        headers["strip_outer_array"] = "true"
+    zone = _load_property("timezone", props.get("timezone", "")) or "UTC"
 
     job_properties = {
         "partitions": "*",
@@ -365,7 +326,7 @@ def build_spec(
         "desired_concurrent_number": str(concurrency),
         "exec_mem_limit": props.get("exec_mem_limit", str(2 * 1024 * 1024 * 1024)),
         "merge_type": stmt.merge_type,
-        "strict_mode": strict,
+        "strict_mode": str(strict).lower(),
         "timezone": zone,
         "format": fmt,
         "jsonpaths": props.get("jsonpaths", ""),
@@ -386,7 +347,7 @@ def build_spec(
         db=stmt.db or current_db,
         table=stmt.table,
         merge_type=stmt.merge_type,
-        headers=headers,
+        strip_outer_array=fmt == "json" and props.get("strip_outer_array", "false").strip().lower() == "true",
         job_properties=job_properties,
         desired_concurrent_number=concurrency,
         max_error_number=max_errors,
@@ -397,6 +358,47 @@ def build_spec(
         comment=stmt.comment,
         **source,
     )
+
+
+def _load_property(name: str, value: str) -> Any:
+    """A load option set as a job property, read through the option table.
+
+    Raises:
+        SqlError: the option refuses the value (CREATE ROUTINE LOAD's text where it has its own).
+    """
+    try:
+        return option(name).parse(value)
+    except BadHeader as exc:
+        raise SqlError(option(name).property_error or exc.text) from None
+
+
+def batch_request(stmt: CreateRoutineLoad, spec: RoutineLoadSpec, table: str) -> LoadRequest:
+    """The load every batch of the job runs (labelled with the job's name; each batch gets a label of its own):
+    the statement's clauses and load properties, read through the option table. A batch's bad rows are
+    filtered, not fatal (max_filter_ratio 1): the job's error window decides.
+
+    Raises:
+        LoadError: an option value the table refuses, or a clause that does not parse.
+    """
+    sent = {name: stmt.properties[name] for name in LOAD_PROPERTIES if name in stmt.properties}
+    clauses = {
+        "columns": stmt.columns,
+        "where": stmt.where,
+        "delete": stmt.delete_on,
+        "function_column.sequence_col": stmt.sequence_col,
+    }
+    sent |= {name: text for name, text in clauses.items() if text}
+    if stmt.column_separator is not None:
+        sent["column_separator"] = stmt.column_separator
+    given: dict[str, Any] = {
+        "label": spec.name,
+        "format": spec.job_properties["format"],
+        "merge_type": MergeType(stmt.merge_type),
+        "max_filter_ratio": 1.0,
+    }
+    if "timezone" in stmt.properties:
+        given["timezone"] = spec.job_properties["timezone"]
+    return build_request(spec.db, table, OptionValues(sent, given))
 
 
 def _kafka_source(stmt: CreateRoutineLoad, cert_dir: Path | None) -> dict[str, object]:

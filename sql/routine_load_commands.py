@@ -7,7 +7,6 @@ import re
 import time
 from datetime import datetime
 
-from loaders.headers import parse_load_request
 from spark_runner.planning import plan_load
 from spark_runner.routine_load import RoutineLoadManager
 from sql.results import ExecStatus, ResultSet, StatementResult
@@ -16,6 +15,7 @@ from sql.routine_load import (
     JobCommand,
     ShowRoutineLoad,
     ShowRoutineLoadTask,
+    batch_request,
     build_spec,
     parse_routine_load,
 )
@@ -91,12 +91,12 @@ def _create(stmt: CreateRoutineLoad, current_db: str, manager: RoutineLoadManage
     table = catalog.load(spec.db, spec.table).definition
     if spec.merge_type != "APPEND" and not table.is_unique:
         raise SqlError("load by MERGE or DELETE is only supported in unique tables.")
-    headers = {k: v for k, v in spec.headers.items() if k != "strip_outer_array"}
     try:  # the batches' load must plan against the table: refuse a job whose every batch would fail
-        plan_load(parse_load_request(spec.db, table.name, {**headers, "label": "check"}), table)
+        request = batch_request(stmt, spec, table.name)
+        plan_load(request, table)
     except LoadError as exc:
         raise SqlError(exc.text) from None
-    manager.create(spec.model_copy(update={"table": table.name}))
+    manager.create(spec.model_copy(update={"table": table.name, "request": request}))
 
 
 def _time(ts: float | None) -> str | None:

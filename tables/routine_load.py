@@ -1,5 +1,8 @@
 """Routine load jobs: their definition, state and statistics, kept in SQLite beside the transactions.
 
+A job keeps the `LoadRequest` its batches run (store format 2); a store written by an earlier release holds
+raw stream-load headers instead (format 1) and is migrated when the manager opens it (`migrate`).
+
 A job's committed Kafka offsets are never stored on their own. Each batch writes its offsets (and row
 counts) keyed by its transaction id *before* its load runs; they take effect exactly when that transaction
 is VISIBLE, which the Iceberg snapshot decides atomically (a crash in between is resolved by
@@ -17,10 +20,12 @@ import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tables.errors import AlreadyExists, DorisError, KafkaPropertyError
+from tables.errors import AlreadyExists, DorisError, KafkaPropertyError, LoadError
+from tables.load_spec import LoadRequest
 from tables.source_paths import check_cert_file
 
 
@@ -145,7 +150,8 @@ def kafka_client_config(properties: Mapping[str, str], cert_dir: Path | None) ->
 
 
 class RoutineLoadSpec(BaseModel):
-    """What CREATE ROUTINE LOAD asked for, validated; `headers` is the same load as stream-load headers."""
+    """What CREATE ROUTINE LOAD asked for, validated; `request` is the load each batch runs (with a label of its
+    own), by default a plain CSV load labelled with the job's name."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -153,7 +159,8 @@ class RoutineLoadSpec(BaseModel):
     db: str
     table: str
     merge_type: str = "APPEND"
-    headers: dict[str, str] = Field(default_factory=dict)
+    request: LoadRequest
+    strip_outer_array: bool = False  # JSON: a message holding an array is staged as one row per element
     job_properties: dict[str, str] = Field(default_factory=dict)  # JobProperties as SHOW prints them
     desired_concurrent_number: int = 256
     max_error_number: int = 0
@@ -168,6 +175,15 @@ class RoutineLoadSpec(BaseModel):
     default_offset: int = OFFSET_END
     custom_properties: dict[str, str] = Field(default_factory=dict)  # `property.x` without the prefix
     comment: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_request(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "request" in data:
+            return data
+        if "headers" in data:  # never read silently as a default load
+            raise ValueError("a routine load spec of store format 1 (raw headers): RoutineLoadStore.migrate first")
+        return {**data, "request": LoadRequest(db=data["db"], table=data["table"], label=data["name"])}
 
 
 class JobStatistic(BaseModel):
@@ -275,7 +291,11 @@ CREATE TABLE IF NOT EXISTS routine_load_txns (
     counts TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS routine_load_txns_job ON routine_load_txns (job_id, txn_id);
+CREATE TABLE IF NOT EXISTS routine_load_format (version INTEGER NOT NULL);
 """
+# 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest
+STORE_FORMAT = 2
+HeaderParser = Callable[[str, str, Mapping[str, str]], LoadRequest]  # (db, table, headers) → the load
 
 
 class RoutineLoadStore:
@@ -288,6 +308,40 @@ class RoutineLoadStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._conn.execute("BEGIN IMMEDIATE")
+        if self._conn.execute("SELECT version FROM routine_load_format").fetchone() is None:
+            older = self._conn.execute("SELECT 1 FROM routine_load_jobs LIMIT 1").fetchone() is not None
+            self._conn.execute("INSERT INTO routine_load_format (version) VALUES (?)", (1 if older else STORE_FORMAT,))
+        self._conn.execute("COMMIT")
+
+    @property
+    def format(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT version FROM routine_load_format").fetchone()[0])
+
+    def migrate(self, parse_headers: HeaderParser) -> int:
+        """Bring a store of an earlier format to `STORE_FORMAT`, in one transaction; returns the jobs rewritten.
+
+        `parse_headers` is the stream-load header parser (`loaders.headers.parse_load_request`, a layer above).
+        """
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                (version,) = self._conn.execute("SELECT version FROM routine_load_format").fetchone()
+                rows = self._conn.execute("SELECT job_id, body FROM routine_load_jobs").fetchall()
+                if version >= STORE_FORMAT:
+                    rows = []
+                for job_id, body in rows:
+                    job = RoutineLoadJob.model_validate(_upgrade_v1(json.loads(body), parse_headers))
+                    self._conn.execute(
+                        "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job_id)
+                    )
+                self._conn.execute("UPDATE routine_load_format SET version = ?", (STORE_FORMAT,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(rows)
 
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
         """Register a job in NEED_SCHEDULE.
@@ -358,6 +412,24 @@ class RoutineLoadStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _upgrade_v1(job: dict[str, Any], parse_headers: HeaderParser) -> dict[str, Any]:
+    """A format-1 job: the raw stream-load headers of its batches become the `LoadRequest` they stood for, read
+    as that release read them for each batch. A job whose headers no longer parse (every batch of it would fail)
+    is kept for SHOW, cancelled with the reason."""
+    spec = dict(job["spec"])
+    headers = dict(spec.pop("headers", {}))
+    strip_outer_array = headers.pop("strip_outer_array", None) == "true"
+    try:
+        request = parse_headers(spec["db"], spec["table"], {**headers, "label": spec["name"]})
+    except LoadError as exc:
+        if JobState(job.get("state", JobState.NEED_SCHEDULE)).is_final:
+            return {**job, "spec": spec}
+        reason = error_reason(CREATE_TASKS_ERR, exc.text)
+        return {**job, "spec": spec, "state": JobState.CANCELLED, "end_time": time.time(), "reason": reason}
+    spec |= {"request": request.model_dump(mode="json"), "strip_outer_array": strip_outer_array}
+    return {**job, "spec": spec}
 
 
 class JobNotFound(DorisError):

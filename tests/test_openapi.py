@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import importlib
 import json
-import re
 import subprocess
 import sys
 import uuid
@@ -17,9 +16,9 @@ from typing import Any
 import pytest
 
 from app.main import create_app
-from app.openapi import SPEC_PATH, STREAM_LOAD_HEADERS, render
+from app.openapi import SPEC_PATH, render
 from app.settings import Settings
-from loaders import headers as load_headers
+from loaders.options import LOAD_OPTIONS
 from tests.helpers import DORIS_LOAD_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,15 +34,22 @@ def test_committed_spec_matches_the_app(tmp_path: Path) -> None:
     assert generated == SPEC_PATH.read_text(), "openapi/openapi.json is stale: run `make openapi` and commit it"
 
 
-def test_every_header_the_loader_reads_is_a_documented_parameter(spec: dict[str, Any]) -> None:
-    source = Path(load_headers.__file__).read_text()
-    read = set(re.findall(r'(?:_get|_bool|_single_char)\(headers, "([^"]+)"\)|headers\.get\("([^"]+)"', source))
-    names = {a or b for a, b in read} - set(load_headers._NOT_YET)
+def test_every_load_option_is_a_parameter_with_its_default_and_values(spec: dict[str, Any]) -> None:
+    """Walks the option table (`loaders/options.py`): each option and alias is a header parameter, typed, with
+    the table's documented default and values; the spec has no header the table does not know."""
     operation = spec["paths"]["/api/{db}/{table}/_stream_load"]["put"]
-    documented = {p["name"].lower() for p in operation["parameters"] if p["in"] == "header"}
-    assert documented == {n.lower() for n in names}
-    for param in STREAM_LOAD_HEADERS:
-        assert param["description"] and param["schema"]["type"] in ("string", "integer", "number", "boolean")
+    params = {p["name"]: p for p in operation["parameters"] if p["in"] == "header"}
+    for option in LOAD_OPTIONS:
+        param = params.pop(option.name)
+        assert param["description"] == option.description
+        assert param["schema"]["type"] == option.kind
+        assert param["schema"].get("default") == option.documented_default, option.name
+        documented = option.documented_values if option.kind != "boolean" else ()
+        assert tuple(param["schema"].get("enum", ())) == documented, option.name
+        assert (param["schema"].get("minimum"), param["schema"].get("maximum")) == (option.minimum, option.maximum)
+        for alias in option.aliases:
+            assert params.pop(alias)["schema"]["type"] == option.kind
+    assert params == {}
     assert operation["requestBody"]["content"]["application/octet-stream"]["schema"] == {
         "type": "string",
         "format": "binary",
