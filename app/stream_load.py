@@ -16,7 +16,7 @@ from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse
 from loaders.headers import decode_headers, parse_load_request
 from loaders.staging import BodyLimits, body_length
-from spark_runner.lifecycle import StreamLoads, refused
+from loads.lifecycle import StreamLoads, refused
 from tables.errors import NotAuthorized, ServiceUnavailable
 from tables.load_spec import LoadResult, render_load
 

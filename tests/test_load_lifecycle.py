@@ -1,4 +1,4 @@
-"""The life of a stream load below the app (spark_runner/lifecycle.py) and the one `LoadResult` renderer.
+"""The life of a stream load below the app (loads/lifecycle.py) and the one `LoadResult` renderer.
 
 No Spark and no server: the lifecycle runs against a stand-in load service whose label claims and aborts are
 the real transaction store's, written through the real writer. A failure injected at each step must leave
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from app.responses import doris_error
 from loaders.headers import parse_load_request
 from loaders.staging import BodyLimits
-from spark_runner.lifecycle import StreamLoads
+from loads.lifecycle import StreamLoads
 from spark_runner.service import LoadService, PreparedLoad
 from tables.commit import TableWriter
 from tables.errors import (
@@ -254,7 +254,7 @@ def test_load_result_is_built_in_one_place() -> None:
     root = Path(__file__).resolve().parent.parent
     builders = [
         f"{path.relative_to(root)}:{n}"
-        for package in ("app", "loaders", "spark_runner", "sql", "tables")
+        for package in ("app", "loaders", "loads", "spark_runner", "sql", "tables")
         for path in sorted((root / package).rglob("*.py"))
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if "LoadResult(" in line and not line.lstrip().startswith("class ")

@@ -23,14 +23,17 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from loaders.staging import BodyLimits, StagedPayload, check_body_limit, receive_body
-from spark_runner.group_commit import GroupCommitter, group_mode
-from spark_runner.service import LoadService, PreparedLoad
 from tables.errors import DorisError, LoadError
 from tables.load_spec import LoadRequest, LoadResult, render_load
+
+if TYPE_CHECKING:  # they load pyspark: the app imports this module, and Spark starts with the services
+    from spark_runner.group_commit import GroupCommitter
+    from spark_runner.service import LoadService, PreparedLoad
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,8 @@ class StreamLoads:
 
     def run_staged(self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int) -> LoadResult:
         """Group commit when the load's mode says so, else a plain run: decided here, once."""
+        from spark_runner.group_commit import group_mode  # loaded with the services already: no import cost
+
         mode = group_mode(prepared, staged.size) if self.group_commit is not None else None
         if mode is not None and self.group_commit is not None:
             return self.group_commit.run(prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms)
