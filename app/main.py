@@ -37,6 +37,7 @@ def build_services(
 ) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and every service, recover
     what a stop left unfinished, and return them as the one `Services`."""
+    from loaders.headers import parse_load_request
     from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
@@ -49,7 +50,7 @@ def build_services(
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
-    from tables.routine_load import RoutineLoadStore
+    from tables.routine_load import STORE_FORMAT, RoutineLoadStore
     from tables.source_paths import SourcePolicy
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
@@ -80,9 +81,12 @@ def build_services(
         base_min_rowsets=settings.compaction_base_min_rowsets,
     )
     compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy, on_compaction=on_compaction)
+    routine_store = RoutineLoadStore(data_dir / "transactions.db")
+    if migrated := routine_store.migrate(parse_load_request):  # jobs an earlier release stored as raw headers
+        log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
     routine_loads = RoutineLoadManager(
         loads=loads,
-        store=RoutineLoadStore(data_dir / "transactions.db"),
+        store=routine_store,
         txns=txns,
         staging_dir=data_dir / "staging",
         min_batch_rows=settings.routine_load_min_batch_rows,

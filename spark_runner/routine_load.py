@@ -19,14 +19,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loaders.headers import parse_load_request
 from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
 from spark_runner.service import LoadService
 from tables.errors import DorisError, KafkaConfigError, KafkaPropertyError, KafkaSourceError, LoadError, TableNotFound
 from tables.routine_load import (
     CREATE_TASKS_ERR,
     MANUAL_PAUSE_ERR,
-    STORE_FORMAT,
     TABLE_ERR,
     TASKS_ABORT_ERR,
     TOO_MANY_ERRORS,
@@ -94,10 +92,8 @@ class RoutineLoadManager:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the jobs (migrating a store an earlier release wrote), fold in batches that became visible before a
-        crash, run the active ones."""
-        if migrated := self.store.migrate(parse_load_request):
-            log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
+        """Load the jobs (their store is migrated when the services are built, `app.main.build_services`), fold in
+        batches that became visible before a crash, run the active ones."""
         for job in self.store.all():
             self._fold_committed(job)
             self._jobs[job.id] = job

@@ -50,7 +50,6 @@ APP_LAZY = frozenset({"pyspark", "pyiceberg", "py4j"})
 # removed by the change that ends it (test_layer_debt_is_still_owed fails once it is paid).
 LAYER_DEBT: dict[tuple[str, str], str] = {
     ("spark_runner/load_job.py", "loaders"): "NULL_MARKER (`\\N`) lives in loaders/formats/csv.py",
-    ("spark_runner/routine_load.py", "loaders"): "routine-load jobs store raw headers and parse them per batch",
 }
 
 
