@@ -6,10 +6,11 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, Response
 
-from app.auth import require_auth
+from app.auth import login, require_db, require_table
 from app.deps import ServicesDep
 from app.openapi import HealthReply, LoadStateReply, SchemaReply, reply
 from app.responses import fe_bad_request, fe_json
+from tables.accounts import Priv
 from tables.errors import DatabaseNotFound
 
 router = APIRouter()
@@ -35,7 +36,7 @@ async def health(request: Request) -> Response:
 
 @router.get("/api/backends", operation_id="backends", summary="Backend list, as connectors probe it")
 async def backends(request: Request, services: ServicesDep, is_alive: str | None = None) -> Response:
-    require_auth(request.headers, services.settings.root_password)
+    login(request, services.accounts)
     host = request.url.hostname or services.settings.host
     port = request.url.port or services.settings.port
     alive = backend_alive(request)
@@ -52,7 +53,7 @@ async def backends(request: Request, services: ServicesDep, is_alive: str | None
     responses=reply(LoadStateReply, "FE envelope; `data` is UNKNOWN, PREPARE, VISIBLE or ABORTED"),
 )
 async def get_load_state(db: str, request: Request, services: ServicesDep, label: str | None = None) -> Response:
-    require_auth(request.headers, services.settings.root_password)
+    require_db(login(request, services.accounts), Priv.LOAD, db)
     if not label:
         return fe_bad_request("No label selected")
     if not services.catalog.database_exists(db):
@@ -70,7 +71,7 @@ async def get_load_state(db: str, request: Request, services: ServicesDep, label
 async def load_error_log(request: Request, services: ServicesDep, file: str = "") -> Response:
     # rejected rows are table data: credentials as for every route (a BE serves this without them);
     # refused with 401 and a Basic challenge (`app.responses.doris_error`)
-    require_auth(request.headers, services.settings.root_password)
+    login(request, services.accounts)
     text = services.loads.error_log(file)
     if text is None:
         return PlainTextResponse("error log not found\n", status_code=404)
@@ -84,7 +85,9 @@ async def load_error_log(request: Request, services: ServicesDep, file: str = ""
     responses=reply(SchemaReply, "FE envelope"),
 )
 async def table_schema(db: str, table: str, request: Request, services: ServicesDep) -> Response:
-    require_auth(request.headers, services.settings.root_password)
+    privileges = login(request, services.accounts)
+    if not privileges.sees_table(db, table):  # Doris's SHOW predicate: any privilege on the table
+        require_table(privileges, Priv.SELECT, "SHOW", db, table)
     handle = await run_in_threadpool(services.catalog.load, db, table)  # a DorisError: the FE envelope
     definition = handle.definition
     props = []

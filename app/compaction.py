@@ -11,9 +11,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.auth import fe_auth_failure
+from app.auth import login, require_admin
 from app.deps import Services, ServicesDep
-from app.responses import fe_unauthorized
 
 router = APIRouter()
 log = logging.getLogger("app")
@@ -32,8 +31,7 @@ def _tablet_id(raw: str | None) -> int | None:
 async def run(
     request: Request, services: ServicesDep, tablet_id: str | None = None, compact_type: str = ""
 ) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
+    require_admin(login(request, services.accounts))
     from sql.admin import trigger_compaction  # imports pyspark: not when the app module is imported
 
     tablet = _tablet_id(tablet_id)
@@ -44,8 +42,7 @@ async def run(
 
 @router.get("/api/compaction/show")
 async def show(request: Request, services: ServicesDep, tablet_id: str | None = None) -> Response:
-    if (refused := fe_auth_failure(request.headers, services.settings.root_password.get_secret_value())) is not None:
-        return fe_unauthorized(refused)
+    require_admin(login(request, services.accounts))
     from sql.admin import compaction_status  # imports pyspark: not when the app module is imported
 
     tablet = _tablet_id(tablet_id)

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from app.lifecycle import LoadGate
 from app.settings import Settings
+from tables.accounts import AccountStore
 
 if TYPE_CHECKING:  # the services import pyspark: the app loads them in the lifespan, not at import time
     from spark_runner.compaction import Compactor
@@ -42,6 +43,7 @@ class Services:
     broker_loads: BrokerLoads
     sql: SqlExecutor
     gate: LoadGate
+    accounts: AccountStore  # users, roles and grants (`tables/accounts.py`)
 
 
 def get_services(request: Request) -> Services:

@@ -47,6 +47,7 @@ def build_services(
     from sql.broker_load import BrokerLoads
     from sql.context import QueryLimits
     from sql.executor import SqlExecutor
+    from tables.accounts import AccountStore
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
@@ -66,6 +67,8 @@ def build_services(
     spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
+    accounts = AccountStore(data_dir / "transactions.db")  # the same store as everything the server remembers
+    accounts.bootstrap(settings.root_password.get_secret_value())  # root's password: at the first start only
     visible, aborted = recover_prepared(catalog, txns)
     if visible or aborted:
         log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
@@ -122,6 +125,7 @@ def build_services(
             retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
         ),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
+        accounts=accounts,
         compactor=compactor,
         routine_loads=routine_loads,
         broker_loads=broker_loads,
@@ -202,7 +206,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             services.sql,
             host=settings.host,
             port=settings.mysql_port,
-            password=settings.root_password.get_secret_value(),
+            accounts=services.accounts,
             max_rows=settings.mysql_max_result_rows,
             max_statements=settings.sql_max_statements,
             max_connections=settings.mysql_max_connections,

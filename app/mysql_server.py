@@ -11,7 +11,6 @@ with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...`, al
 from __future__ import annotations
 
 import asyncio
-import hmac
 import inspect
 import logging
 import re
@@ -39,12 +38,12 @@ from mysql_mimic.types import ColumnType
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
 
-from app.auth import USERS
 from sql.results import ExecStatus, StatementResult
 from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
 from sql.session import check_statement_count
 from sql.tokens import Cursor, split_statements
+from tables.accounts import AccountStore, Identity
 from tables.errors import DorisError, SqlError
 
 if TYPE_CHECKING:
@@ -121,8 +120,16 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
 
     dialect = "doris"
 
-    def __init__(self, executor: SqlExecutor, *, max_rows: int = 1_000_000, max_statements: int = 100) -> None:
+    def __init__(
+        self,
+        executor: SqlExecutor,
+        accounts: AccountStore,
+        *,
+        max_rows: int = 1_000_000,
+        max_statements: int = 100,
+    ) -> None:
         self.sql = SqlSession(db="")
+        self.accounts = accounts
         super().__init__(SessionVariables(GlobalVariables(DORIS_VARIABLES)))
         self.executor = executor
         self.max_rows = max_rows
@@ -139,9 +146,14 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
     def database(self, value: str | None) -> None:
         self.sql.db = value or ""
 
+    def refresh_privileges(self) -> None:
+        """Read the user's privileges for the next statement: a grant, a revoke or a DROP USER counts at once."""
+        self.sql.privileges = self.accounts.privileges(mysql_identity(self.username or ""))
+
     async def handle_query(self, sql: str, attrs: dict[str, str]) -> AllowedResult:
         self.affected_rows = 0
         with mysql_errors():
+            self.refresh_privileges()
             statements = split_statements(sql)
             if not statements:
                 raise MysqlError("Query was empty", code=ErrorCode.EMPTY_QUERY)
@@ -154,6 +166,7 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
     async def use(self, database: str) -> None:
         """`USE db` and COM_INIT_DB (`mysql -D db`, pymysql's `database=`): the database must exist."""
         with mysql_errors():
+            self.refresh_privileges()
             await self._doris(f"USE `{database}`")
 
     async def _statement(self, stmt: str, attrs: dict[str, str]) -> AllowedResult:
@@ -231,21 +244,31 @@ class DorisPasswordPlugin(NativePasswordAuthPlugin):  # type: ignore[misc]  # my
 
 
 class DorisUsers(IdentityProvider):  # type: ignore[misc]  # mysql-mimic ships no type information
-    """The users of HTTP Basic auth (`app/auth.py`), with the same password."""
+    """The users of the account store (`tables/accounts.py`), checked with their stored native hash.
 
-    def __init__(self, password: str) -> None:
-        self.password = password
+    mysql-mimic asks for a user by name only, before the client's address is known here: a MySQL login takes the
+    user's `'name'@'%'` identity (an identity limited to some hosts logs in over HTTP only).
+    """
+
+    def __init__(self, accounts: AccountStore) -> None:
+        self.accounts = accounts
 
     def get_plugins(self) -> list[DorisPasswordPlugin]:
         return [DorisPasswordPlugin()]
 
     async def get_user(self, username: str) -> User | None:
         name = username.split("@", 1)[0]
-        if not any(hmac.compare_digest(name, known) for known in USERS):
+        stored = self.accounts.password_hash(mysql_identity(name))
+        if stored is None:
             # not a hex digest: no password matches, so an unknown user gets the same refusal as a wrong password
             return User(name=name, auth_string="-", auth_plugin=DorisPasswordPlugin.name)
-        auth = NativePasswordAuthPlugin.create_auth_string(self.password) if self.password else None
-        return User(name=name, auth_string=auth, auth_plugin=DorisPasswordPlugin.name)
+        # mysql-mimic checks scrambles against hex SHA1(SHA1(password)): the stored hash without its `*`
+        return User(name=name, auth_string=stored[1:].lower() or None, auth_plugin=DorisPasswordPlugin.name)
+
+
+def mysql_identity(username: str) -> Identity:
+    """The identity a MySQL login as `username` takes (see `DorisUsers`)."""
+    return Identity(username.split("@", 1)[0])
 
 
 class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no type information
@@ -334,7 +357,7 @@ async def start_mysql_server(
     *,
     host: str,
     port: int,
-    password: str,
+    accounts: AccountStore,
     max_rows: int = 1_000_000,
     max_statements: int = 100,
     max_connections: int = 1024,
@@ -346,8 +369,8 @@ async def start_mysql_server(
         OSError: the port cannot be bound.
     """
     server = DorisMysqlServer(
-        session_factory=lambda: DorisSession(executor, max_rows=max_rows, max_statements=max_statements),
-        identity_provider=DorisUsers(password),
+        session_factory=lambda: DorisSession(executor, accounts, max_rows=max_rows, max_statements=max_statements),
+        identity_provider=DorisUsers(accounts),
     )
     server.max_connections = max_connections
     server.handshake_timeout = handshake_timeout

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.auth import require_auth
+from app.auth import login
 from app.deps import ServicesDep
 from app.openapi import QueryReply, query_operation, reply
 from app.responses import fe_bad_request, fe_json
@@ -34,7 +34,7 @@ router = APIRouter()
     openapi_extra=query_operation(),
 )
 async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Response:
-    require_auth(request.headers, services.settings.root_password)
+    privileges = login(request, services.accounts)
     raw = await read_body(request, services.settings)  # its errors and the statements' render as the FE does
     try:
         body: Any = json.loads(raw)
@@ -44,7 +44,7 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
     if not isinstance(stmt, str) or not stmt.strip():
         return fe_bad_request("Missing statement request body")
     limit = body.get("limit")
-    session = Session(db=db)
+    session = Session(db=db, privileges=privileges)
     run = partial(services.sql.execute_script, stmt, session, limit=_row_limit(limit))
     result = await _run_watched(request, session, run)
     if isinstance(result, ResultSet):

@@ -23,7 +23,10 @@ class Settings(BaseSettings):
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, as a JSON object.")
     catalog_uri: str | None = Field(None, description="SQL catalog URI; default: SQLite file under data_dir.")
     warehouse: Path | None = Field(None, description="Warehouse folder; default: data_dir/warehouse.")
-    root_password: SecretStr = Field(SecretStr(""), description="Password of the users root and admin.")
+    root_password: SecretStr = Field(
+        SecretStr(""),
+        description="Password of root and admin, set when the data dir is first used (SET PASSWORD changes it).",
+    )
     max_body_bytes: int = Field(10240 * 1024 * 1024, description="Largest stream-load body (streaming_load_max_mb).")
     max_json_body_bytes: int = Field(
         100 * 1024 * 1024,

@@ -10,13 +10,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from app.auth import check_basic_auth
+from app.auth import basic_credentials, login, require_table
 from app.deps import Services, ServicesDep
 from app.openapi import LOAD_REPLY, stream_load_operation
 from app.responses import DorisLoadResponse
 from loaders.headers import decode_headers, parse_load_request
 from loaders.staging import BodyLimits, body_length
 from loads.lifecycle import StreamLoads, refused
+from tables.accounts import Priv
 from tables.errors import NotAuthorized, ServiceUnavailable
 from tables.load_spec import LoadResult, render_load
 
@@ -36,7 +37,8 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
     headers: Mapping[str, str] = request.headers
     try:
         headers = decode_headers(request.headers.raw)
-        check_basic_auth(headers, services.settings.root_password.get_secret_value())
+        privileges = login(request, services.accounts, headers)
+        require_table(privileges, Priv.LOAD, "LOAD", db, table)  # before a byte of the body is read
         expected = body_length(headers, services.settings.max_body_bytes)
         load = parse_load_request(db, table, headers, limits=services.settings.input_limits())
     except Exception as exc:
@@ -58,12 +60,14 @@ def fe_redirect(request: Request, services: Services) -> Response | None:
     if not settings.fe_redirect or server[1] == settings.be_port:
         return None
     try:
-        user = check_basic_auth(request.headers, settings.root_password.get_secret_value())
+        db, table = request.path_params["db"], request.path_params["table"]
+        require_table(login(request, services.accounts), Priv.LOAD, "LOAD", db, table)  # before redirecting
+        user, given = basic_credentials(request.headers)
     except NotAuthorized as exc:
         return DorisLoadResponse(render_load(exc, label=request.headers.get("label", "")))
     if "expect" not in request.headers:
         return JSONResponse({"status": "FAILED", "msg": "There is no 100-continue header"})
-    password = quote(settings.root_password.get_secret_value(), safe="")
+    password = quote(given, safe="")  # the client's own credentials, as Doris's FE puts them in the Location
     host = request.url.hostname or settings.host
     query = f"?{request.url.query}" if request.url.query else ""
     location = f"http://{quote(user, safe='')}:{password}@{host}:{settings.be_port}{request.url.path}{query}"

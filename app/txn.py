@@ -15,16 +15,19 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
-from app.auth import require_auth
+from app.auth import login, require_db
 from app.deps import Services, ServicesDep
 from app.responses import txn_reply
+from tables.accounts import Priv
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 
 
-async def _operate(db: str, request: Request, services: Services) -> Response:
-    require_auth(request.headers, services.settings.root_password)
+async def _operate(db: str, request: Request, services: Services, table: str | None = None) -> Response:
+    privileges = login(request, services.accounts)
+    if table is None or not privileges.allows(Priv.LOAD, db, table):  # the table form: a grant on it is enough
+        require_db(privileges, Priv.LOAD, db)
     txn_id, label = request.headers.get("txn_id"), request.headers.get("label")
     operation = request.headers.get("txn_operation")
     if not txn_id and not label:
@@ -43,7 +46,7 @@ async def stream_load_2pc(db: str, request: Request, services: ServicesDep) -> R
 
 @router.put("/api/{db}/{table}/_stream_load_2pc")
 async def table_stream_load_2pc(db: str, table: str, request: Request, services: ServicesDep) -> Response:
-    return await _operate(db, request, services)
+    return await _operate(db, request, services, table)
 
 
 async def precommit_timeout_loop(services: Services) -> None:

@@ -9,7 +9,10 @@ import sqlglot
 from sqlglot import exp
 
 from sql.results import ExecStatus
+from tables.accounts import Identity, Privileges
 from tables.errors import SqlError
+
+NOBODY = Privileges(Identity(""))  # a session nobody logged in to: it may do nothing
 
 if TYPE_CHECKING:
     from sql.context import SqlContext
@@ -34,6 +37,7 @@ class Cancellable(Protocol):
 class Session:
     db: str
     variables: dict[str, str] = field(default_factory=lambda: dict(_DEFAULTS))
+    privileges: Privileges = NOBODY  # of the user logged in; read again for each request (MySQL: each statement)
     running: Cancellable | None = None  # the statement in progress, for `interrupt`
     interrupted: str | None = None  # why the client's statements stop (it went away)
 

@@ -11,7 +11,8 @@ Doris's account model, reduced to what a loading service needs:
                 (a table); ADMIN_PRIV and NODE_PRIV only on `*.*`
     roles       named sets of grants; a user holds its own grants and those of its roles
     built-ins   root ('root'@'%', role `operator`: every privilege) and admin ('admin'@'%', role `admin`:
-                every privilege but NODE_PRIV); root's password is set once, at the first start
+                every privilege but NODE_PRIV); both get `SL_ROOT_PASSWORD` once, at the first start (Doris
+                creates admin with an empty password; here an exposed server never has an empty one)
 
 A check asks for one privilege on a database or a table; ADMIN_PRIV (and NODE_PRIV) satisfy every check, a
 grant on `db.*` covers every table of the database, a grant on `*.*` every database. A database is visible
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
 
-from tables.errors import AlreadyExists, DorisError
+from tables.errors import AccessDenied, AlreadyExists, DorisError, NotAuthorized
 
 ROOT = "root"
 ADMIN = "admin"
@@ -187,24 +188,26 @@ class Privileges:
         return self.is_super or bool(self.on(db, table))
 
 
-def table_denied(command: str, identity: Identity, db: str, table: str) -> DorisError:
+def table_denied(command: str, identity: Identity, db: str, table: str) -> AccessDenied:
     """Doris's ERR_TABLEACCESS_DENIED_ERROR (1142)."""
-    return DorisError(f"{command} command denied to user '{identity.user}'@'{identity.host}' for table '{db}.{table}'")
+    return AccessDenied(
+        f"{command} command denied to user '{identity.user}'@'{identity.host}' for table '{db}.{table}'"
+    )
 
 
-def db_denied(identity: Identity, db: str) -> DorisError:
+def db_denied(identity: Identity, db: str) -> AccessDenied:
     """Doris's ERR_DBACCESS_DENIED_ERROR (1044); Doris names the user without its host here."""
-    return DorisError(f"Access denied for user '{identity.user}' to database '{db}'")
+    return AccessDenied(f"Access denied for user '{identity.user}' to database '{db}'")
 
 
-def specific_denied(privs: str) -> DorisError:
+def specific_denied(privs: str) -> AccessDenied:
     """Doris's ERR_SPECIFIC_ACCESS_DENIED_ERROR (1227), e.g. for ADMIN statements."""
-    return DorisError(f"Access denied; you need (at least one of) the {privs} privilege(s) for this operation")
+    return AccessDenied(f"Access denied; you need (at least one of) the {privs} privilege(s) for this operation")
 
 
-def login_denied(user: str, client: str, used_password: bool) -> DorisError:
+def login_denied(user: str, used_password: bool) -> NotAuthorized:
     """Doris's ERR_ACCESS_DENIED_ERROR (1045)."""
-    return DorisError(f"Access denied for user '{user}@{client}' (using password: {'YES' if used_password else 'NO'})")
+    return NotAuthorized(f"Access denied for user '{user}' (using password: {'YES' if used_password else 'NO'})")
 
 
 _SCHEMA = """
@@ -248,18 +251,24 @@ class AccountStore:
         self._conn.close()
 
     def bootstrap(self, root_password: str) -> None:
-        """The built-in roles and users, created at the first start only: root's password comes from the
-        settings then, and a later `SET PASSWORD` is kept across restarts."""
+        """The built-in roles and users, created at the first start: their password comes from the settings then
+        (or later, while it is still empty), and a `SET PASSWORD` is kept across restarts."""
         with self._tx():
             for role, privs in BUILTIN_ROLES.items():
                 if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
                     self._conn.execute("INSERT INTO roles VALUES (?, ?)", (role, time.time()))
                     self._put_grant(role, True, Scope(), privs)
-            for user, role, password in ((ROOT, OPERATOR_ROLE, root_password), (ADMIN, ADMIN_ROLE, "")):
+            for user, role, password in ((ROOT, OPERATOR_ROLE, root_password), (ADMIN, ADMIN_ROLE, root_password)):
                 identity = Identity(user)
-                if self._user_row(identity) is None:
+                row = self._user_row(identity)
+                if row is None:
                     self._insert_user(identity, native_password_hash(password))
                     self._conn.execute("INSERT INTO user_roles VALUES (?, ?, ?)", (user, ANY_HOST, role))
+                elif not row[0] and password:  # still empty: a server that now has a password never keeps none
+                    self._conn.execute(
+                        "UPDATE users SET password = ? WHERE name = ? AND host = ?",
+                        (native_password_hash(password), user, ANY_HOST),
+                    )
 
     # users
 
@@ -316,7 +325,7 @@ class AccountStore:
         identity = self.match(user, client)
         stored = self.password_hash(identity) if identity is not None else None
         if identity is None or stored is None or not password_matches(stored, password):
-            raise login_denied(user, client, bool(password))
+            raise login_denied(user, bool(password))
         return identity
 
     # roles

@@ -24,6 +24,7 @@ layer for it. The boundary renders them: `app.responses` (one FastAPI exception 
         ├── BadExpression           `columns` / `where` / `delete` outside the grammar or the allow-list
         │   └── AnalysisError       a planning error the FE would report (unknown column, sequence rules)
         ├── NotAuthorized           missing or wrong Basic credentials
+        │   └── AccessDenied        a privilege the user does not hold (Doris's 1044 / 1142 / 1227 texts)
         ├── BadRequest              body framing, size, a table or column the load cannot use
         ├── ServiceUnavailable      the server is draining for shutdown, or its Spark backend is down
         ├── LoadTimeout             the load outlived its `timeout` header
@@ -174,6 +175,10 @@ class AnalysisError(BadExpression):
 
 class NotAuthorized(LoadError):
     code = "NOT_AUTHORIZED"
+
+
+class AccessDenied(NotAuthorized):
+    """The user logged in but lacks the privilege; rendered as a refused login is (Doris's UnauthorizedException)."""
 
 
 class BadRequest(LoadError):

@@ -264,18 +264,22 @@ def test_seed_000_sessions_run_through_the_mysql_client(mysql_port: int, db: str
     assert got == expected
 
 
-def test_password_is_the_http_password() -> None:
+def test_password_is_the_http_password(tmp_path: Path) -> None:
     """With SL_ROOT_PASSWORD set, MySQL clients log in with it, as HTTP Basic clients do."""
     import asyncio
     import threading
 
     from app.mysql_server import bound_port, start_mysql_server
+    from tables.accounts import AccountStore
+
+    accounts = AccountStore(tmp_path / "accounts.db")
+    accounts.bootstrap("s3cret")  # as the server does at the first start with SL_ROOT_PASSWORD=s3cret
 
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     # no statement reaches the executor here: login and `SELECT @@...` are answered by the protocol layer
     server = asyncio.run_coroutine_threadsafe(
-        start_mysql_server(None, host="127.0.0.1", port=0, password="s3cret"),  # type: ignore[arg-type]
+        start_mysql_server(None, host="127.0.0.1", port=0, accounts=accounts),  # type: ignore[arg-type]
         loop,
     ).result(timeout=30)
     port = bound_port(server)
