@@ -47,7 +47,7 @@ def build_services(
     from sql.broker_load import BrokerLoads
     from sql.context import QueryLimits
     from sql.executor import SqlExecutor
-    from tables.accounts import AccountStore
+    from tables.accounts import AccountStore, LoginThrottle
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.pause import PausePoints
@@ -67,7 +67,8 @@ def build_services(
     spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
-    accounts = AccountStore(data_dir / "transactions.db")  # the same store as everything the server remembers
+    throttle = LoginThrottle(settings.login_max_failures, settings.login_lock_seconds)
+    accounts = AccountStore(data_dir / "transactions.db", throttle)  # the store of everything the server remembers
     accounts.bootstrap(settings.root_password.get_secret_value())  # root's password: at the first start only
     visible, aborted = recover_prepared(catalog, txns)
     if visible or aborted:

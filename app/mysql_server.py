@@ -281,6 +281,23 @@ class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no
     async def connection_phase(self) -> None:
         await asyncio.wait_for(super().connection_phase(), self.handshake_timeout)
 
+    async def authenticate(self, username: str, *args: Any, **kwargs: Any) -> None:
+        """mysql-mimic's login, under the account store's failed-login backoff for the client's address."""
+        peer = self.stream.writer.get_extra_info("peername")
+        client = str(peer[0]) if peer else ""
+        throttle = self.session.accounts.throttle
+        try:
+            throttle.check(username.split("@", 1)[0], client)
+        except DorisError as exc:
+            await self.stream.write(self.error(msg=exc.message, code=ErrorCode.ACCESS_DENIED_ERROR))
+            return
+        self.session.username = None  # COM_CHANGE_USER too: a failed change leaves no user logged in
+        await super().authenticate(username, *args, **kwargs)
+        if self.session.username is None:
+            throttle.failed(client)
+        else:
+            throttle.succeeded(client)
+
     def ok(self, **kwargs: Any) -> bytes:
         if "affected_rows" not in kwargs and isinstance(self.session, DorisSession):
             kwargs["affected_rows"] = self.session.affected_rows

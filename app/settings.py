@@ -182,6 +182,12 @@ class Settings(BaseSettings):
     mysql_handshake_timeout_seconds: float = Field(
         10.0, description="A MySQL client must finish its handshake (login) within this many seconds."
     )
+    login_max_failures: int = Field(
+        10, description="Failed logins from one address before its logins are refused for a while; 0: no limit."
+    )
+    login_lock_seconds: float = Field(
+        60.0, description="How long failed logins count, and how long an address is refused after too many."
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""

@@ -238,6 +238,7 @@ class AccountStore:
     """The accounts, roles and grants; one SQLite connection guarded by a lock (as the transaction store)."""
 
     path: Path
+    throttle: LoginThrottle = field(default_factory=lambda: LoginThrottle())
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -322,10 +323,13 @@ class AccountStore:
         Raises:
             DorisError: Doris's `Access denied for user ...` text.
         """
+        self.throttle.check(user, client)
         identity = self.match(user, client)
         stored = self.password_hash(identity) if identity is not None else None
         if identity is None or stored is None or not password_matches(stored, password):
+            self.throttle.failed(client)
             raise login_denied(user, bool(password))
+        self.throttle.succeeded(client)
         return identity
 
     # roles
@@ -495,3 +499,45 @@ class _Transaction:
             self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
         finally:
             self.lock.release()
+
+
+@dataclass
+class LoginThrottle:
+    """Failed-login backoff per client address: after `max_failures` failed logins within `lock_seconds`, every
+    login from that address is refused for `lock_seconds` after the last failure, the right password too (a
+    guesser learns nothing while locked). A successful login clears the address's count. In memory: per server.
+    """
+
+    max_failures: int = 10
+    lock_seconds: float = 60.0
+    _failures: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def check(self, user: str, client: str) -> None:
+        """Raises: NotAuthorized while the client is locked out (Doris's blocked-account wording)."""
+        if self.max_failures <= 0:
+            return
+        with self._lock:
+            recent = self._recent(client, time.monotonic())
+            if len(recent) < self.max_failures:
+                return
+            remaining = max(1, int(recent[-1] + self.lock_seconds - time.monotonic()))
+        raise NotAuthorized(
+            f"Access denied for user '{user}'. Logins from {client} are blocked for {int(self.lock_seconds)} "
+            f"second(s) ({remaining} second(s) remaining) due to {len(recent)} consecutive failed logins."
+        )
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._failures[client] = [*self._recent(client, now), now]
+            if len(self._failures) > 10_000:  # bounded: forget the addresses with the oldest failures
+                for stale in sorted(self._failures, key=lambda c: self._failures[c][-1])[:5_000]:
+                    del self._failures[stale]
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._failures.pop(client, None)
+
+    def _recent(self, client: str, now: float) -> list[float]:
+        return [t for t in self._failures.get(client, []) if now - t < self.lock_seconds][-self.max_failures :]

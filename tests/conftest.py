@@ -56,6 +56,7 @@ def server_settings(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
         compaction_interval_seconds=0,
         broker_allowed_roots=[str(tmp_path_factory.mktemp("broker-files"))],
         kafka_cert_dir=tmp_path_factory.mktemp("kafka-certs"),
+        login_max_failures=0,  # many tests try wrong passwords from 127.0.0.1 (the backoff: test_http_privileges)
     )
 
 

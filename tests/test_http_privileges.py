@@ -196,13 +196,18 @@ def test_a_revoke_a_password_change_and_a_dropped_user_count_on_the_next_request
 
 @pytest.fixture(scope="module")
 def fe_be(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, AccountStore]]:
-    """A server in front-end mode (FE and BE sockets), with its account store."""
+    """A server in front-end mode (FE and BE sockets), with its account store; 3 failed logins lock an address."""
     from app.main import create_app
     from app.settings import Settings
 
     fe, be = loopback_socket(), loopback_socket()
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("fe-priv"), fe_redirect=True, be_port=be.getsockname()[1], mysql_port=0
+        data_dir=tmp_path_factory.mktemp("fe-priv"),
+        fe_redirect=True,
+        be_port=be.getsockname()[1],
+        mysql_port=0,
+        login_max_failures=3,
+        login_lock_seconds=2,
     )
     app = create_app(settings, spark=spark)
     with serving(app, fe, be, settings=settings) as (fe_url, be_url):
@@ -235,3 +240,18 @@ def test_the_fe_redirect_checks_load_priv_and_forwards_the_clients_own_credentia
         denied.json()["Message"]
         == f"[NOT_AUTHORIZED]LOAD command denied to user '{users['reader']}'@'%' for table '{db}.t'"
     )
+
+
+def test_failed_logins_lock_the_address_out_for_a_while(fe_be: tuple[str, str, AccountStore]) -> None:
+    import time
+
+    _, be, accounts = fe_be
+    name = f"guessed_{uuid.uuid4().hex[:6]}"
+    accounts.create_user(Identity(name), native_password_hash(PASSWORD))
+    url = f"{be}/api/backends"
+    for guess in ("a", "b", "c"):
+        assert "Access denied for user" in httpx.get(url, auth=(name, guess)).json()["data"]
+    locked = httpx.get(url, auth=(name, PASSWORD)).json()  # the right password, too late
+    assert locked["code"] == 401 and "blocked" in locked["data"] and "3 consecutive failed logins" in locked["data"]
+    time.sleep(2.1)
+    assert httpx.get(url, auth=(name, PASSWORD)).json()["code"] == 0
