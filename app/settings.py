@@ -179,6 +179,23 @@ class Settings(BaseSettings):
     mysql_handshake_timeout_seconds: float = Field(
         10.0, description="A MySQL client must finish its handshake (login) within this many seconds."
     )
+    csv_inline_max_bytes: int = Field(
+        16 * 1024,
+        description="A CSV stream-load body of at most this many bytes (and `csv_inline_max_lines` lines) is split by "
+        "the server and handed to Spark as an inline table (no file scan); -1: never.",
+    )
+    csv_inline_max_lines: int = Field(
+        256,
+        ge=0,
+        description="Most lines of a CSV body handed to Spark inline (and rows of an INSERT ... VALUES written "
+        "without Spark's file commit).",
+    )
+    csv_parquet_min_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        description="A CSV stream-load body of at least this many bytes is split by the server (pyarrow) into a "
+        "Parquet file of its fields that Spark reads; bodies between the two sizes are split by Spark.",
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""
@@ -200,6 +217,9 @@ class Settings(BaseSettings):
             max_string_bytes=self.max_string_bytes,
             max_expression_bytes=self.max_expression_bytes,
             error_log_line_bytes=self.error_log_line_bytes,
+            csv_inline_max_bytes=self.csv_inline_max_bytes,
+            csv_inline_max_lines=self.csv_inline_max_lines,
+            csv_parquet_min_bytes=self.csv_parquet_min_bytes,
         )
 
     @property
