@@ -211,16 +211,9 @@ class Settings(BaseSettings):
         return self.data_dir.expanduser().resolve()
 
     def input_limits(self) -> InputLimits:
-        """The caps every load of this server applies to its input."""
-        return InputLimits(
-            max_line_bytes=self.max_line_bytes,
-            max_string_bytes=self.max_string_bytes,
-            max_expression_bytes=self.max_expression_bytes,
-            error_log_line_bytes=self.error_log_line_bytes,
-            csv_inline_max_bytes=self.csv_inline_max_bytes,
-            csv_inline_max_lines=self.csv_inline_max_lines,
-            csv_parquet_min_bytes=self.csv_parquet_min_bytes,
-        )
+        """The caps every load of this server applies to its input, and the sizes that pick a CSV body's path:
+        each from the setting of the same name."""
+        return InputLimits(**self.model_dump(include=set(InputLimits.model_fields)))
 
     @property
     def resolved_warehouse(self) -> Path:
