@@ -83,7 +83,7 @@ RULES: dict[str, Rule] = {
         (3, 2, 0, 1),
     ),
     "filtered rows past max_filter_ratio fail the load": Rule(
-        "1,a,1,1,1\n2,b\n", {"column_separator": ","}, [], (2, 1, 1, 0), status="Fail"
+        "1,a,1,1,1\n2,b\n", {"column_separator": ","}, [], (2, 0, 1, 0), status="Fail"
     ),
     "wrong field count": Rule("1,a,1,1,1\n2,b\n3,c,3,3,3,3\n,\n", CSV, ONE_TWO[:1], (4, 1, 3, 0)),
     "CR before LF: part of the last field": Rule("1,a,1,1,1\r\n2,b,2,2,1\r\n", CSV, ONE_TWO, (2, 2, 0, 0)),
