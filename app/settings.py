@@ -188,6 +188,23 @@ class Settings(BaseSettings):
     login_lock_seconds: float = Field(
         60.0, description="How long failed logins count, and how long an address is refused after too many."
     )
+    csv_inline_max_bytes: int = Field(
+        16 * 1024,
+        description="A CSV stream-load body of at most this many bytes (and `csv_inline_max_lines` lines) is split by "
+        "the server and handed to Spark as an inline table (no file scan); -1: never.",
+    )
+    csv_inline_max_lines: int = Field(
+        256,
+        ge=0,
+        description="Most lines of a CSV body handed to Spark inline (and rows of an INSERT ... VALUES written "
+        "without Spark's file commit).",
+    )
+    csv_parquet_min_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        description="A CSV stream-load body of at least this many bytes is split by the server (pyarrow) into a "
+        "Parquet file of its fields that Spark reads; bodies between the two sizes are split by Spark.",
+    )
 
     def exposure_problem(self) -> str | None:
         """Why these settings must not serve, or None: root's empty password is for loopback only."""
@@ -203,13 +220,9 @@ class Settings(BaseSettings):
         return self.data_dir.expanduser().resolve()
 
     def input_limits(self) -> InputLimits:
-        """The caps every load of this server applies to its input."""
-        return InputLimits(
-            max_line_bytes=self.max_line_bytes,
-            max_string_bytes=self.max_string_bytes,
-            max_expression_bytes=self.max_expression_bytes,
-            error_log_line_bytes=self.error_log_line_bytes,
-        )
+        """The caps every load of this server applies to its input, and the sizes that pick a CSV body's path:
+        each from the setting of the same name."""
+        return InputLimits(**self.model_dump(include=set(InputLimits.model_fields)))
 
     @property
     def resolved_warehouse(self) -> Path:

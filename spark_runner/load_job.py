@@ -11,6 +11,7 @@ observed metrics are the load's counts.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,13 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from loaders.formats.csv import NULL_MARKER
-from spark_runner import arrow_csv, inline_csv, small_rowset
+from loaders.formats.csv import NULL_MARKER, CsvDialect, CsvPath
+from spark_runner import arrow_csv, small_rowset
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
 from tables.errors import LoadError
-from tables.load_spec import LoadCounts, LoadRequest, MergeType
+from tables.load_spec import LoadCounts, MergeType
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef
 
 POS = "__pos"
@@ -36,6 +37,8 @@ SIGN = "__sign"
 SEQ = "__seq"
 MAX_ERROR_ROWS = 50
 QUOTED = lit('^"(.*)"$')  # trim_double_quotes: one pair of outer double quotes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,78 +60,113 @@ def _converted(i: int) -> str:
 def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     """Read a staged CSV body as Doris does: no quoting, `\\N` is NULL, blank lines skipped.
 
-    A small body is split in Python into an inline table (`inline_csv`), a large one with simple framing
-    by pyarrow (`arrow_csv`); any other by Spark, line by line.
+    The load's dialect picks the path (`CsvDialect.path_for`): the fast one, where the server splits the
+    body (`arrow_csv`) and hands Spark its fields inline or as Parquet, or the general one, Spark's text
+    source. A body the fast path turns out not to fit takes the general one.
     """
-    # a directory of bodies (a group commit's) or a glob (a broker load's) takes the text path
+    dialect = CsvDialect.of(plan.request, len(plan.source_fields))
+    # a directory of bodies (a group commit's) or a glob (a broker load's) takes the general path
     single = Path(path).is_file()
-    lines = inline_csv.split_body(Path(path), plan) if single else None
-    if lines is not None:
-        raw = [arrow_csv.field_name(i) for i in range(len(plan.source_fields))]
-        inline = inline_csv.inline_source(spark, lines, plan, [POS, LINE, NCOLS, *raw])
-        if inline is not None:
-            return small_rowset.mark_small(inline.selectExpr(POS, LINE, NCOLS, *_csv_fields(plan.request, raw)))
-    staged = arrow_csv.stage_fields(Path(path), plan) if single else None
-    if staged is not None:
-        return _arrow_fields_source(spark, staged, plan)
-    req = plan.request
-    text = spark.read.text(str(path), lineSep=req.line_delimiter)
+    route = dialect.path_for(Path(path).stat().st_size if single else None)
+    source = None
+    if route is CsvPath.INLINE:
+        source = _inline_source(spark, Path(path), dialect)
+    elif route is CsvPath.PARQUET:
+        source = _parquet_source(spark, Path(path), dialect)
+    if source is None:
+        route, source = CsvPath.GENERAL, _text_source(spark, path, dialect)
+    log.debug("CSV body %s: %s path", Path(path).name, route)
+    return source
+
+
+def _text_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame:
+    """The general path: Spark reads the lines and splits each one (with its CSV parser when quoted)."""
+    text = spark.read.text(str(path), lineSep=dialect.line_delimiter)
     text = text.selectExpr(f"monotonically_increasing_id() AS {POS}", "value")
-    if req.skip_lines:
-        text = text.where(f"{POS} >= {req.skip_lines}")
-    sep = req.column_separator
-    if req.enclose or req.escape:
-        parts = text.where("value != ''").selectExpr(
-            POS, "value", f"{_quoted_split(req, len(plan.source_fields))} AS __parts"
-        )
+    if dialect.skip_lines:
+        text = text.where(f"{POS} >= {dialect.skip_lines}")
+    sep = dialect.column_separator
+    if dialect.quoted:
+        parts = text.where("value != ''").selectExpr(POS, "value", f"{_quoted_split(dialect)} AS __parts")
     else:
         pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
         parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
-    fields = _csv_fields(req, [f"get(__parts, {i})" for i in range(len(plan.source_fields))])
+    fields = _csv_fields(dialect, [f"get(__parts, {i})" for i in range(dialect.field_count)])
     return parts.selectExpr(POS, f"value AS {LINE}", f"size(__parts) AS {NCOLS}", *fields)
 
 
-def _csv_fields(req: LoadRequest, raw: list[str]) -> list[str]:
+def _csv_fields(dialect: CsvDialect, raw: list[str]) -> list[str]:
     """The source fields from raw field text: `\\N` is NULL, optional quote trimming and empty-as-NULL."""
     fields = []
     for i, value in enumerate(raw):
-        if req.trim_double_quotes:
+        if dialect.trim_double_quotes:
             value = f"regexp_replace({value}, {QUOTED}, '$1')"
-        empty = f" WHEN {value} = '' THEN NULL" if req.empty_field_as_null else ""
+        empty = f" WHEN {value} = '' THEN NULL" if dialect.empty_field_as_null else ""
         fields.append(f"CASE WHEN {value} = {lit(NULL_MARKER)} THEN NULL{empty} ELSE {value} END AS {_field(i)}")
     return fields
 
 
-def _arrow_fields_source(spark: SparkSession, staged: Path, plan: LoadPlan) -> DataFrame:
-    """The fields pyarrow split, read back by Spark; every line had exactly the expected field count."""
-    n = len(plan.source_fields)
-    raw = [arrow_csv.field_name(i) for i in range(n)]
-    schema = T.StructType([T.StructField(name, T.StringType()) for name in raw])
-    frame = spark.read.schema(schema).parquet(str(staged))
-    line = f"concat_ws({lit(plan.request.column_separator)}, {', '.join(raw)})"  # the line, as it was
+def _split_fields_source(frame: DataFrame, dialect: CsvDialect, position: str) -> DataFrame:
+    """The source rows of a body the fast path split (`arrow_csv`): the line is its fields and the rest of a
+    longer line joined by the separator (concat_ws skips the NULLs past a short line's end)."""
+    raw = [arrow_csv.field_name(i) for i in range(dialect.field_count)]
+    line = f"concat_ws({lit(dialect.column_separator)}, {', '.join([*raw, arrow_csv.REST])})"
     return frame.selectExpr(
-        f"monotonically_increasing_id() AS {POS}",
+        f"{position} AS {POS}",
         f"{line} AS {LINE}",
-        f"{n} AS {NCOLS}",
-        *_csv_fields(plan.request, raw),
+        f"coalesce({arrow_csv.FIELD_COUNT}, {dialect.field_count}) AS {NCOLS}",
+        *_csv_fields(dialect, raw),
     )
+
+
+def _inline_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame | None:
+    """A small body's fields as one `VALUES` list (a local relation: no file listing, no scan), or None."""
+    split = arrow_csv.split_small(path, dialect)
+    if split is None:
+        return None
+    rows = []
+    for pos, row in enumerate(split.to_pylist()):
+        values = [f"{pos}L"]
+        for name, value in row.items():
+            if value is None:
+                values.append("CAST(NULL AS INT)" if name == arrow_csv.FIELD_COUNT else "CAST(NULL AS STRING)")
+            else:
+                values.append(str(value) if name == arrow_csv.FIELD_COUNT else lit(value))
+        rows.append(f"({', '.join(values)})")
+    columns = ", ".join([POS, *split.column_names])
+    inline = spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS inline({columns})")
+    return small_rowset.mark_small(_split_fields_source(inline, dialect, POS))
+
+
+def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame | None:
+    """A large body's fields, written as Parquet beside it and read back by Spark, or None."""
+    staged = arrow_csv.stage_fields(path, dialect)
+    if staged is None:
+        return None
+    names = arrow_csv.column_names(dialect)
+    schema = T.StructType(
+        [T.StructField(name, T.StringType()) for name in names[:-1]]
+        + [T.StructField(arrow_csv.FIELD_COUNT, T.IntegerType())]
+    )
+    frame = spark.read.schema(schema).parquet(str(staged))
+    return _split_fields_source(frame, dialect, "monotonically_increasing_id()")
 
 
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
 
 
-def _quoted_split(req: LoadRequest, expected: int) -> str:
+def _quoted_split(dialect: CsvDialect) -> str:
     """Fields of one line with `enclose` protecting separators and `escape` escaping the enclose character.
 
     Spark's CSV parser per line; one extra field in the schema reveals lines with too many fields, and a
     NULL marks a missing one, so the column count is exact. `\\N` keeps its meaning (handled by the caller).
     """
-    width = expected + 1
+    width = dialect.field_count + 1
     schema = lit(", ".join(f"f{i} STRING" for i in range(width)))
     options = {
-        "sep": req.column_separator,
-        "quote": req.enclose or "\u0000",
-        "escape": req.escape or req.enclose or "\\",
+        "sep": dialect.column_separator,
+        "quote": dialect.enclose or "\u0000",
+        "escape": dialect.escape or dialect.enclose or "\\",
         "nullValue": MISSING,
         "emptyValue": "",
         "ignoreLeadingWhiteSpace": "false",
@@ -253,7 +291,7 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         for i, row in enumerate(rows)
     ]
     frame = spark.createDataFrame(data, schema)
-    return small_rowset.mark_small(frame) if len(rows) <= inline_csv.MAX_LINES else frame
+    return small_rowset.mark_small(frame) if len(rows) <= plan.request.limits.csv_inline_max_lines else frame
 
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:

@@ -5,7 +5,8 @@ commits, writer set-up) costs more than computing the rows. The Spark job still 
 its rows come back as Arrow (`toArrow`, the job's action, which also fills the load's observations)
 and are written as one Parquet file the way Spark writes it: one file even when no row is left, Spark's
 nullability and physical types, Iceberg field ids, snappy pages, the job's row order (sorted by key).
-Only inline sources (`inline_csv`, INSERT ... VALUES) qualify: their size is known to be small.
+Only inline sources (a small CSV body split by the server, `arrow_csv`; INSERT ... VALUES) qualify: their size
+is known to be small.
 """
 
 from __future__ import annotations

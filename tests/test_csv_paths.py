@@ -1,21 +1,29 @@
-"""CSV bodies split by pyarrow (large) or in Python (small) give exactly what Spark's text path gives:
-replies, error logs, table rows.
+"""Doris's CSV rules as one case table, run against each path a CSV body can take.
 
-Each case loads one body three times over HTTP, each time with the size limits set so that one path is
-taken, and compares what a user sees; a case also states which bodies each fast path must refuse.
+A body takes the fast path (the server splits it: handed to Spark inline when small, as Parquet when large)
+or the general one (Spark splits it, line by line); `CsvDialect.path_for` decides, with the sizes of the
+`SL_CSV_*` settings. Three servers on the test run's SparkSession force one path each through those
+settings; every rule loads its body into each of them and must give the rows and counts it states, and
+the same error log. A rule also states whether the fast path takes its body at all (the server's debug log
+says which path a load took).
 """
 
 from __future__ import annotations
 
+import logging
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from spark_runner import arrow_csv, inline_csv
-from spark_runner.planning import LoadPlan
-from tests.helpers import AUTH, DorisClient
+from loaders.formats.csv import CsvDialect, CsvPath
+from spark_runner import arrow_csv
+from tables.load_spec import LoadRequest
+from tests.helpers import AUTH, DorisClient, serving
 
 TABLE = """CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(4), n INT, d DECIMAL(5,2), s INT)
 UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")"""
@@ -26,88 +34,205 @@ MIXED = (
     "1,a,007,1.5,1\n\n2,b, 12 ,x,1\n3,toolong,+5,2,1\n\\N,a,1,1,1\n4,d,1.5,1,1\n5,e,12abc,1,1\n"
     "6,f,99999999999,1,1\n7,g,-0,123456,1\n8,,,,1\n9,h,-7,-1.25,1"
 )
-# body, headers, split by pyarrow (when large), split in Python (when small)
-CASES: dict[str, tuple[str, dict[str, str], bool, bool]] = {
-    "sequence merge and \\N": (GOOD, CSV, True, True),
-    "rejected rows and integer text": (MIXED, CSV, True, True),
-    "strict mode": (MIXED, {**CSV, "strict_mode": "true"}, True, True),
-    "empty as null, quote trimming": (
+# the integer text rule: digits with an optional sign and surrounding blanks; anything else is NULL (or rejected)
+MIXED_ROWS = [
+    [1, "a", 7, 1.5, 1],
+    [2, "b", 12, None, 1],
+    [4, "d", None, 1.0, 1],
+    [5, "e", None, 1.0, 1],
+    [6, "f", None, 1.0, 1],
+    [7, "g", 0, None, 1],
+    [8, "", None, None, 1],
+    [9, "h", -7, -1.25, 1],
+]
+ONE_TWO = [[1, "a", 1, 1.0, 1], [2, "b", 2, 2.0, 1]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One Doris CSV rule: a body and its headers, the table's rows after the load and the load's counts
+    (total, loaded, filtered, unselected); `fast`: the fast path takes the body (when its size fits)."""
+
+    body: str | bytes
+    headers: dict[str, str]
+    rows: list[list[Any]]
+    counts: tuple[int, int, int, int]
+    fast: bool = True
+    status: str = "Success"
+
+
+RULES: dict[str, Rule] = {
+    "sequence merge and \\N": Rule(
+        GOOD, CSV, [[1, "c", 11, 3.0, 2], [2, "z", 21, 9.0, 1], [3, None, None, None, 5]], (5, 5, 0, 0)
+    ),
+    "rejected rows and integer text": Rule(MIXED, CSV, MIXED_ROWS, (10, 8, 2, 0)),
+    "strict mode": Rule(MIXED, {**CSV, "strict_mode": "true"}, [MIXED_ROWS[0], MIXED_ROWS[-1]], (10, 2, 8, 0)),
+    "empty as null, quote trimming": Rule(
         '1,"q",1,1,1\n2,"",2,2,1\n3,,3,3,1\n',
         {**CSV, "trim_double_quotes": "true", "empty_field_as_null": "true"},
-        True,
-        True,
+        [[1, "q", 1, 1.0, 1], [2, None, 2, 2.0, 1], [3, None, 3, 3.0, 1]],
+        (3, 3, 0, 0),
     ),
-    "skipped header lines": ("k,v,n,d,s\n\n1,a,1,1,1\n2,b,2,2,1\n", {**CSV, "skip_lines": "2"}, True, True),
-    "tab separator, columns and where": (
+    "skipped header lines": Rule(
+        "k,v,n,d,s\n\n1,a,1,1,1\n2,b,2,2,1\n", {**CSV, "skip_lines": "2"}, ONE_TWO, (2, 2, 0, 0)
+    ),
+    "tab separator, columns and where": Rule(
         "1\ta\t5\n2\tb\t6\n3\tc\t7\n",
         {"columns": "k,v,x,n=x*2,d=x,s=x", "where": "x > 5", "max_filter_ratio": "1"},
-        True,
-        True,
+        [[2, "b", 12, 6.0, 6], [3, "c", 14, 7.0, 7]],
+        (3, 2, 0, 1),
     ),
-    "wrong field count": ("1,a,1,1,1\n2,b\n3,c,3,3,3,3\n,\n", CSV, False, True),
-    "CR before LF": ("1,a,1,1,1\r\n2,b,2,2,1\r\n", CSV, False, True),
-    "CRLF line delimiter": ("1,a,1,1,1\r\n2,b\r,2,2,1\r\n", {**CSV, "line_delimiter": "\\r\\n"}, False, True),
-    "byte-order mark": ("\ufeff1,a,1,1,1\n2,b,2,2,1\n", CSV, False, False),
-    "two-byte separator": ("1||a||1||1||1\n2|||b||2||2||2\n", {**CSV, "column_separator": "||"}, False, True),
-    "enclose": ('1,"a,b",1,1,1\n', {**CSV, "enclose": '"'}, False, False),
+    "filtered rows past max_filter_ratio fail the load": Rule(
+        "1,a,1,1,1\n2,b\n", {"column_separator": ","}, [], (2, 0, 1, 0), status="Fail"
+    ),
+    "wrong field count": Rule("1,a,1,1,1\n2,b\n3,c,3,3,3,3\n,\n", CSV, ONE_TWO[:1], (4, 1, 3, 0)),
+    "CR before LF: part of the last field": Rule("1,a,1,1,1\r\n2,b,2,2,1\r\n", CSV, ONE_TWO, (2, 2, 0, 0)),
+    "CRLF line delimiter": Rule(
+        "1,a,1,1,1\r\n2,b\r,2,2,1\r\n",
+        {**CSV, "line_delimiter": "\\r\\n"},
+        [[1, "a", 1, 1.0, 1], [2, "b\r", 2, 2.0, 1]],
+        (2, 2, 0, 0),
+    ),
+    "byte-order mark": Rule("\ufeff1,a,1,1,1\n2,b,2,2,1\n", CSV, ONE_TWO, (2, 2, 0, 0), fast=False),
+    "two-byte separator": Rule(
+        "1||a||1||1||1\n2|||b||2||2||2\n",
+        {**CSV, "column_separator": "||"},
+        [[1, "a", 1, 1.0, 1], [2, "|b", 2, 2.0, 2]],
+        (2, 2, 0, 0),
+    ),
+    "enclose": Rule('1,"a,b",1,1,1\n', {**CSV, "enclose": '"'}, [[1, "a,b", 1, 1.0, 1]], (1, 1, 0, 0), fast=False),
+    "enclose and escape": Rule(
+        '1,"a\\"b",1,1,1\n2,"x,y",2,2,2\n',
+        {**CSV, "enclose": '"', "escape": "\\"},
+        [[1, 'a"b', 1, 1.0, 1], [2, "x,y", 2, 2.0, 2]],
+        (2, 2, 0, 0),
+        fast=False,
+    ),
+    "no enclose: quotes are data": Rule('1,"a,b",1,1,1\n2,"b",2,2,1\n', CSV, [[2, '"b"', 2, 2.0, 1]], (2, 1, 1, 0)),
+    "a trailing separator is one more field": Rule("1,a,1,1,1,\n2,b,2,2,1\n", CSV, ONE_TWO[1:], (2, 1, 1, 0)),
+    "blank lines are no rows": Rule("\n\n1,a,1,1,1\n\n\n2,b,2,2,1\n\n", CSV, ONE_TWO, (2, 2, 0, 0)),
+    "skip_lines counts blank lines": Rule(
+        "\n1,a,1,1,1\n2,b,2,2,1\n", {**CSV, "skip_lines": "1"}, ONE_TWO, (2, 2, 0, 0)
+    ),
+    "skip_lines past the body": Rule("1,a,1,1,1\n", {**CSV, "skip_lines": "3"}, [], (0, 0, 0, 0), fast=False),
+    "hex separator and line delimiter": Rule(
+        "1\x01a\x011\x011\x011\x022\x01b\x012\x012\x011\x02",
+        {**CSV, "column_separator": "\\x01", "line_delimiter": "\\x02"},
+        ONE_TWO,
+        (2, 2, 0, 0),
+    ),
+    "lengths are bytes": Rule("1,éé,1,1,1\n2,ééé,2,2,1\n", CSV, [[1, "éé", 1, 1.0, 1]], (2, 1, 1, 0)),
+    "not UTF-8: left to Spark": Rule(
+        b"1,\xff,1,1,1\n2,b,2,2,1\n", CSV, [[1, "\ufffd", 1, 1.0, 1], ONE_TWO[1]], (2, 2, 0, 0), fast=False
+    ),
+}
+
+# the sizes (SL_CSV_INLINE_MAX_BYTES, SL_CSV_PARQUET_MIN_BYTES) that send every body one way
+FORCED = {
+    CsvPath.INLINE: {"csv_inline_max_bytes": 1 << 40, "csv_inline_max_lines": 1 << 20, "csv_parquet_min_bytes": 0},
+    CsvPath.PARQUET: {"csv_inline_max_bytes": -1, "csv_parquet_min_bytes": 0},
+    CsvPath.GENERAL: {"csv_inline_max_bytes": -1, "csv_parquet_min_bytes": 1 << 62},
 }
 
 
-def load(doris: DorisClient, db: str, table: str, body: str, headers: dict[str, str]) -> dict[str, Any]:
-    reply = doris.stream_load(db, table, body, headers={**headers, "label": f"{table}_load"}).json()
+@dataclass
+class PathServer:
+    client: DorisClient
+    db: str
+    data_dir: Path
+
+
+@pytest.fixture(scope="module")
+def path_servers(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[CsvPath, PathServer]]:
+    """One server per path, on the test run's SparkSession, each with a database of its own."""
+    from contextlib import ExitStack
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    servers: dict[CsvPath, PathServer] = {}
+    with ExitStack() as stack:
+        for path, sizes in FORCED.items():
+            data_dir = tmp_path_factory.mktemp(f"csv-{path.name.lower()}")
+            settings = Settings(data_dir=data_dir, mysql_port=0, compaction_interval_seconds=0, **sizes)
+            (url,) = stack.enter_context(serving(create_app(settings, spark=spark), settings=settings))
+            client = DorisClient(url)
+            client.sql("paths", "CREATE DATABASE paths")
+            servers[path] = PathServer(client, "paths", data_dir)
+        yield servers
+
+
+def load(server: PathServer, table: str, rule: Rule) -> dict[str, Any]:
+    doris = server.client
+    doris.sql(server.db, TABLE.format(name=table))
+    reply = doris.stream_load(server.db, table, rule.body, headers={**rule.headers, "label": f"{table}_load"}).json()
     log = httpx.get(reply["ErrorURL"], auth=AUTH).text if "ErrorURL" in reply else None
     seen = {k: v for k, v in reply.items() if not k.endswith("TimeMs") and k not in ("TxnId", "Label", "ErrorURL")}
-    return {"reply": seen, "error_log": log, "rows": doris.rows(db, f"select * from {table} order by k")}
+    return {"reply": seen, "error_log": log, "rows": doris.rows(server.db, f"select * from {table} order by k")}
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_arrow_inline_and_text_paths_agree(
-    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch, case: str
+@pytest.mark.parametrize("name", list(RULES))
+def test_rule_on_each_path(
+    path_servers: dict[CsvPath, PathServer], caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
-    body, headers, arrow, inline = CASES[case]
-    taken: list[str] = []
-    split, stage = inline_csv.split_body, arrow_csv.stage_fields
-
-    def split_spy(path: Path, plan: LoadPlan) -> list[inline_csv.Line] | None:
-        lines = split(path, plan)
-        taken.append("inline" if lines else "file")
-        return lines
-
-    def stage_spy(path: Path, plan: LoadPlan) -> Path | None:
-        fields = stage(path, plan)
-        taken[-1] = "arrow" if fields is not None else "text"
-        if fields is not None:
-            seen.append(fields)
-        return fields
-
-    seen: list[Path] = []
-    monkeypatch.setattr(inline_csv, "split_body", split_spy)
-    monkeypatch.setattr(arrow_csv, "stage_fields", stage_spy)
-    got = {}
-    for path, max_inline, min_arrow in (("inline", 1 << 20, 1 << 62), ("arrow", -1, 0), ("text", -1, 1 << 62)):
-        monkeypatch.setattr(inline_csv, "MAX_BYTES", max_inline)
-        monkeypatch.setattr(arrow_csv, "MIN_BYTES", min_arrow)
-        doris.sql(db, TABLE.format(name=f"by_{path}"))
-        got[path] = load(doris, db, f"by_{path}", body, headers)
-    assert taken == ["inline" if inline else "text", "arrow" if arrow else "text", "text"]
-    assert got["inline"] == got["text"]
-    assert got["arrow"] == got["text"]
-    assert got["text"]["reply"]["Status"] == "Success" and got["text"]["reply"]["NumberLoadedRows"] > 0
-    assert all(not p.exists() for p in seen)  # pyarrow's fields are removed with the staged body
+    rule = RULES[name]
+    table = "t_" + "".join(ch if ch.isalnum() else "_" for ch in name)
+    got: dict[CsvPath, dict[str, Any]] = {}
+    for path, server in path_servers.items():
+        with caplog.at_level(logging.DEBUG, logger="spark_runner.load_job"):
+            caplog.clear()
+            got[path] = load(server, table, rule)
+            taken = [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "CSV body" in r.getMessage()]
+        forced = path if rule.fast else CsvPath.GENERAL
+        assert taken == [f"{forced} path"], (path, taken)
+        reply = got[path]["reply"]
+        counts = tuple(reply[f"Number{c}Rows"] for c in ("Total", "Loaded", "Filtered", "Unselected"))
+        assert (reply["Status"], counts, got[path]["rows"]) == (rule.status, rule.counts, rule.rows), path
+    assert got[CsvPath.INLINE] == got[CsvPath.GENERAL]
+    assert got[CsvPath.PARQUET] == got[CsvPath.GENERAL]
+    # the fields the fast path wrote as Parquet are removed with the staged body
+    assert not list(path_servers[CsvPath.PARQUET].data_dir.rglob("*.fields.parquet"))
 
 
-def test_integer_text_rule(doris: DorisClient, db: str) -> None:
-    """Integers are digits with an optional sign and surrounding blanks; anything else is NULL (or rejected)."""
-    doris.sql(db, TABLE.format(name="t"))
-    got = load(doris, db, "t", MIXED, CSV)
-    assert got["reply"]["NumberTotalRows"] == 10 and got["reply"]["NumberFilteredRows"] == 2
-    assert [r[:3] for r in got["rows"]] == [
-        [1, "a", 7],
-        [2, "b", 12],
-        [4, "d", None],
-        [5, "e", None],
-        [6, "f", None],
-        [7, "g", 0],
-        [8, "", None],
-        [9, "h", -7],
-    ]
+def reference_split(text: str, dialect: CsvDialect) -> list[tuple[str, int, list[str | None]]]:
+    """Spark's text path in plain Python: lines at the delimiter (the empty piece after the last one
+    dropped), `skip_lines` lines and then blank ones skipped, fields by Java's split (limit -1)."""
+    lines = text.split(dialect.line_delimiter)
+    if lines and lines[-1] == "":
+        lines.pop()
+    n = dialect.field_count
+    out: list[tuple[str, int, list[str | None]]] = []
+    for pos, line in enumerate(lines):
+        if pos >= dialect.skip_lines and line != "":
+            parts: list[str | None] = list(line.split(dialect.column_separator))
+            out.append((line, len(parts), (parts + [None] * n)[:n]))
+    return out
+
+
+def fast_split(path: Path, dialect: CsvDialect) -> list[tuple[str, int, list[str | None]]]:
+    """The fast path's split of a body, with each line rebuilt as Spark rebuilds it."""
+    out: list[tuple[str, int, list[str | None]]] = []
+    for lines in arrow_csv.body_lines(path, dialect, segment_bytes=7):  # tiny segments: lines span several
+        for row in arrow_csv.split_lines(lines, dialect).to_pylist():
+            fields = [row[arrow_csv.field_name(i)] for i in range(dialect.field_count)]
+            count = row[arrow_csv.FIELD_COUNT]
+            line = dialect.column_separator.join(f for f in [*fields, row[arrow_csv.REST]] if f is not None)
+            out.append((line, dialect.field_count if count is None else count, fields))
+    return out
+
+
+def test_fast_split_is_the_text_paths(tmp_path: Path) -> None:
+    """Random bodies of separators, delimiters (some of several characters, some overlapping themselves),
+    carriage returns, multi-byte characters and `\\N`: the fast split gives the text path's lines and fields."""
+    rng = random.Random(7)
+    body = tmp_path / "body"
+    for _ in range(2000):
+        delimiter = rng.choice(["\n", "\r\n", "||", "\n\n", "aa", "é"])
+        separator = rng.choice([",", "|", "||", "ab", "é", "\t"])
+        pieces = ["a", "b", ",", "|", "\n", "\r", "é", "x", "\\N", delimiter, separator]
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        skip = rng.choice([0, 0, 1, 2])
+        request = LoadRequest(db="d", table="t", label="l", column_separator=separator, line_delimiter=delimiter)
+        dialect = CsvDialect.of(request.model_copy(update={"skip_lines": skip}), rng.randint(0, 4))
+        body.write_text(text, encoding="utf-8")
+        assert fast_split(body, dialect) == reference_split(text, dialect), (text, dialect)
