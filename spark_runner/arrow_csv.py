@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loaders.formats.csv import BOM, CsvDialect
+from tables.csv_dialect import BOM, CsvDialect
 
 if TYPE_CHECKING:
     import pyarrow as pa

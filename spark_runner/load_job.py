@@ -19,11 +19,11 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from loaders.formats.csv import NULL_MARKER, CsvDialect, CsvPath
 from spark_runner import arrow_csv, small_rowset
 from spark_runner.merge import merge_rows
 from spark_runner.planning import LoadPlan
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
+from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef

@@ -48,7 +48,7 @@ class InputLimits(BaseModel):
     max_string_bytes: int = 1048576  # one STRING value: Doris's string_type_length_soft_limit_bytes
     max_expression_bytes: int = 256 * MIB  # the largest value a `columns` / `where` / `delete` expression may build
     error_log_line_bytes: int = 64 * 1024  # one error-log line: Doris's load_error_log_limit_bytes
-    # the sizes that pick a CSV body's path (loaders.formats.csv.CsvDialect.path_for), not caps
+    # the sizes that pick a CSV body's path (tables.csv_dialect.CsvDialect.path_for), not caps
     csv_inline_max_bytes: int = 16 * 1024  # at most this: split by the server, handed to Spark inline
     csv_inline_max_lines: int = 256  # ... and at most this many lines (INSERT ... VALUES: rows)
     csv_parquet_min_bytes: int = MIB  # at least this: split by the server into a Parquet file

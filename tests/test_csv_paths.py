@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loaders.formats.csv import CsvDialect, CsvPath
 from spark_runner import arrow_csv
+from tables.csv_dialect import CsvDialect, CsvPath
 from tables.load_spec import LoadRequest
 from tests.helpers import AUTH, DorisClient, serving
 

@@ -48,9 +48,7 @@ NO_SPARK = frozenset({"loaders", "tables"})
 APP_LAZY = frozenset({"pyspark", "pyiceberg", "py4j"})
 # Imports against the picture that are still there, by module and the layer it imports, with why; each is
 # removed by the change that ends it (test_layer_debt_is_still_owed fails once it is paid).
-LAYER_DEBT: dict[tuple[str, str], str] = {
-    ("spark_runner/load_job.py", "loaders"): "NULL_MARKER (`\\N`) lives in loaders/formats/csv.py",
-}
+LAYER_DEBT: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -406,11 +404,6 @@ def test_violation_is_reported(
             "sql/x.py", "import pyspark\nimport spark_runner\nimport loaders", id="sql-importing-lower-layers"
         ),
         pytest.param("spark_runner/x.py", "import pyspark\nimport tables", id="spark-runner-importing-lower-layers"),
-        pytest.param(
-            "spark_runner/load_job.py",
-            "from loaders.formats.csv import NULL_MARKER",
-            id="spark-runner-importing-loaders-where-it-is-owed",
-        ),
         pytest.param(
             "loaders/x.py", "import sqlglot\nfrom tables.load_spec import Expr", id="loaders-importing-tables"
         ),

@@ -1,4 +1,4 @@
-"""`loaders.formats.csv.CsvDialect`: built once from a `LoadRequest`, it picks the path of a CSV body."""
+"""`tables.csv_dialect.CsvDialect`: built once from a `LoadRequest`, it picks the path of a CSV body."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loaders.formats.csv import CsvDialect, CsvPath
+from tables.csv_dialect import CsvDialect, CsvPath
 from tables.load_spec import InputLimits, LoadRequest
 
 SIZES = InputLimits(csv_inline_max_bytes=100, csv_inline_max_lines=5, csv_parquet_min_bytes=1000)
