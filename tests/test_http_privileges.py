@@ -255,3 +255,26 @@ def test_failed_logins_lock_the_address_out_for_a_while(fe_be: tuple[str, str, A
     assert locked["code"] == 401 and "blocked" in locked["data"] and "3 consecutive failed logins" in locked["data"]
     time.sleep(2.1)
     assert httpx.get(url, auth=(name, PASSWORD)).json()["code"] == 0
+
+
+def test_real_clients_load_as_a_user_holding_only_load_priv_on_one_table(fe_be: tuple[str, str, AccountStore]) -> None:
+    """pydoris and the PyPI package DorisClient (which refuses an empty password), through the FE's 307."""
+    from DorisClient import DorisSession
+    from pydoris.doris_client import DorisClient as PyDorisClient
+
+    fe, _, accounts = fe_be
+    db = f"clients_{uuid.uuid4().hex[:8]}"
+    root = DorisClient(fe)
+    root.sql(db, f"CREATE DATABASE {db}")
+    for table in ("t", "other"):
+        root.sql(db, f"CREATE TABLE {table} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    loader = make_users(accounts, db)["table_loader"]
+    host, port = fe.removeprefix("http://").split(":")
+    session = DorisSession([f"{host}:{port}"], db, loader, PASSWORD)
+    assert session.streamload("t", [{"k": 1, "v": "a"}]) is True
+    pydoris = PyDorisClient(host, port, loader, PASSWORD)
+    pydoris.options.set_json_format()
+    assert pydoris.write(db, "t", '{"k": 2, "v": "b"}') is True
+    assert pydoris.write(db, "other", '{"k": 3, "v": "c"}') is False  # LOAD on t only
+    assert root.rows(db, "SELECT * FROM t ORDER BY k") == [[1, "a"], [2, "b"]]
+    assert root.rows(db, "SELECT count(*) FROM other") == [[0]]
