@@ -173,3 +173,32 @@ def test_generated_sdk_creates_loads_with_label_and_sequence_and_reads_back(sdk:
     rows = sql("SELECT k, v, s FROM t ORDER BY k")
     assert [m.name for m in rows.meta] == ["k", "v", "s"]
     assert rows.data == [[1, "new", 5], [2, "x", 1], [3, "g", 1]]
+
+
+def test_generated_sdk_sends_the_credentials_of_a_user_holding_only_load_priv(
+    sdk: Any, served_app: Any, base_url: str, db: str
+) -> None:
+    from tables.accounts import Identity, Priv, Scope, native_password_hash
+    from tests.helpers import DorisClient
+
+    stream_load = importlib.import_module(f"{sdk.__name__}.api.default.stream_load")
+    types = importlib.import_module(f"{sdk.__name__}.types")
+    for table in ("t", "other"):
+        DorisClient(base_url).sql(
+            db, f"CREATE TABLE {table} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k)"
+        )
+    user = f"sdk_{uuid.uuid4().hex[:6]}"
+    accounts = served_app.state.services.accounts
+    accounts.create_user(Identity(user), native_password_hash("pw"))
+    accounts.grant(Priv.LOAD, Scope(db, "t"), user=Identity(user))
+    token = base64.b64encode(f"{user}:pw".encode()).decode()
+    client = sdk.AuthenticatedClient(base_url=base_url, token=token, prefix="Basic")
+
+    def load(table: str) -> Any:
+        body = types.File(payload=BytesIO(b"1,a\n"), file_name="data.csv")
+        return stream_load.sync(db, table, client=client, body=body, column_separator=",")
+
+    assert load("t").status == "Success"
+    refused = load("other")
+    assert refused.status == "Fail"
+    assert refused.message == f"[NOT_AUTHORIZED]LOAD command denied to user '{user}'@'%' for table '{db}.other'"
