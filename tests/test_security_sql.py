@@ -236,7 +236,7 @@ def small_listener(served_app, base_url: str) -> Iterator[int]:  # type: ignore[
         served_app.state.services.sql,
         host="127.0.0.1",
         port=0,
-        password="",
+        accounts=served_app.state.services.accounts,
         max_rows=3,
         max_connections=2,
         handshake_timeout=1.0,
