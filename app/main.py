@@ -138,6 +138,7 @@ def build_services(
             row_limit=settings.sql_row_limit,
             routine_loads=routine_loads,
             broker_loads=broker_loads,
+            accounts=accounts,
             compactor=compactor,
             address=f"{settings.host}:{settings.port}",
             limits=QueryLimits(

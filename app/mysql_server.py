@@ -38,6 +38,7 @@ from mysql_mimic.types import ColumnType
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
 
+from sql.privileges import DB_ACCESS_DENIED, SPECIFIC_ACCESS_DENIED, TABLE_ACCESS_DENIED, StatementDenied
 from sql.results import ExecStatus, StatementResult
 from sql.results import ResultSet as SqlResultSet
 from sql.session import Session as SqlSession
@@ -84,17 +85,22 @@ COLUMN_TYPES: dict[str, ColumnType] = {
 # how often a running statement looks whether its client is still connected
 CLIENT_POLL_SECONDS = 0.25
 
-# client bookkeeping that mysql-mimic answers: transactions, KILL, and SHOW of server state
+# client bookkeeping that mysql-mimic answers: transactions, KILL, and the SHOW statements of server state that
+# the statement table does not run (SHOW VARIABLES, STATUS, WARNINGS, COLUMNS, ...)
 _MIMIC_FIRST_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "KILL"})
-_DORIS_SHOW = frozenset({"DATABASES", "SCHEMAS", "TABLES", "FULL"})
+# MySQL's SQLSTATE of the privilege refusals (mysql-mimic knows only its own codes' states)
+_ACCESS_SQLSTATE = {TABLE_ACCESS_DENIED: b"42000", DB_ACCESS_DENIED: b"42000", SPECIFIC_ACCESS_DENIED: b"42000"}
 _CLIENT_FUNCTIONS = re.compile(
     r"@@|\b(DATABASE|SCHEMA|USER|CURRENT_USER|SESSION_USER|SYSTEM_USER|VERSION|CONNECTION_ID)\s*\(", re.IGNORECASE
 )
 
 
 def doris_error(exc: DorisError) -> MysqlError:
-    """A failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`."""
+    """A failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`; a refused
+    privilege with Doris's MySQL code (1142, 1044, 1227; SQLSTATE 42000) and the same text."""
     detail = exc if isinstance(exc, SqlError) else SqlError(exc.message)
+    if isinstance(exc, StatementDenied):
+        return MysqlError(detail.doris_message, code=exc.mysql_code)
     return MysqlError(detail.doris_message, code=ErrorCode.UNKNOWN_ERROR)
 
 
@@ -172,9 +178,9 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
     async def _statement(self, stmt: str, attrs: dict[str, str]) -> AllowedResult:
         cur = Cursor(stmt)
         first, second = cur.word(), cur.word(1)
-        if first in _MIMIC_FIRST_WORDS or (first == "SHOW" and second not in _DORIS_SHOW):
+        if first in _MIMIC_FIRST_WORDS or (first == "SHOW" and not self.executor.runs(stmt)):
             return await super().handle_query(stmt, attrs)
-        if first == "SET":
+        if first == "SET" and second != "PASSWORD":
             return await self._set(stmt, attrs)
         if first == "SELECT" and " FROM " not in f" {stmt.upper()} " and _CLIENT_FUNCTIONS.search(stmt):
             return await super().handle_query(stmt, attrs)
@@ -297,6 +303,14 @@ class DorisConnection(Connection):  # type: ignore[misc]  # mysql-mimic ships no
             throttle.failed(client)
         else:
             throttle.succeeded(client)
+
+    def error(self, **kwargs: Any) -> bytes:
+        """mysql-mimic's error packet, with MySQL's SQLSTATE for the privilege refusals (`#42000`)."""
+        packet: bytes = super().error(**kwargs)
+        state = _ACCESS_SQLSTATE.get(int(kwargs.get("code", 0)))
+        if state is not None and packet[3:9] == b"#HY000":
+            packet = packet[:4] + state + packet[9:]
+        return packet
 
     def ok(self, **kwargs: Any) -> bytes:
         if "affected_rows" not in kwargs and isinstance(self.session, DorisSession):

@@ -11,6 +11,7 @@ from typing import Any
 from spark_runner.compaction import CompactionType, Compactor, NothingToCompact, cumulative_point
 from spark_runner.queries import rows_per_bucket
 from sql.context import SqlContext
+from sql.privileges import require_admin
 from sql.results import ExecStatus, ResultSet
 from sql.session import Session
 from sql.tokens import Cursor, Target
@@ -71,6 +72,7 @@ def parse_admin_compact(cur: Cursor, current_db: str) -> CompactTable:
 
 def admin_compact(ctx: SqlContext, stmt: CompactTable, session: Session) -> ExecStatus:
     """Runs the compaction now; like Doris it answers OK also when there was nothing to compact."""
+    require_admin(session.privileges)
     handle = ctx.compactor.catalog.load(stmt.target.db, stmt.target.table)
     run_compaction(ctx.compactor, handle, stmt.kind)
     return ExecStatus()
@@ -114,6 +116,7 @@ def parse_show_tablets(cur: Cursor, current_db: str) -> Target:
 
 def show_tablets(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
     """One row per bucket, with the stored rows of that bucket."""
+    require_admin(session.privileges)
     compactor = ctx.compactor
     handle = compactor.catalog.load(target.db, target.table)
     table = handle.definition

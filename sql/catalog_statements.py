@@ -6,9 +6,11 @@ from __future__ import annotations
 from sql.alter import AlterTable, parse_alter, plan_alter
 from sql.context import SqlContext
 from sql.ddl import CreateTable, parse_create_table
+from sql.privileges import BUILTIN_DATABASES, require_db, require_table, require_visible_db
 from sql.results import ExecStatus
 from sql.session import Session
 from sql.tokens import Cursor, Target
+from tables.accounts import Priv
 
 
 # -- parse ------------------------------------------------------------------------------------------------------
@@ -58,39 +60,49 @@ def parse_alter_table(cur: Cursor, current_db: str) -> AlterTable:
 
 # -- run --------------------------------------------------------------------------------------------------------
 def create_database(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    require_db(session.privileges, Priv.CREATE, target.db)
     ctx.catalog.create_database(target.db, if_not_exists=target.if_exists)
     return ExecStatus()
 
 
 def create_table(ctx: SqlContext, create: CreateTable, session: Session) -> ExecStatus:
+    table = create.definition
+    require_table(session.privileges, Priv.CREATE, "CREATE", table.db, table.name)
     ctx.catalog.create_table(create.definition, if_not_exists=create.if_not_exists)
     return ExecStatus()
 
 
 def drop_database(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    require_db(session.privileges, Priv.DROP, target.db)
     ctx.writer.drop_database(target.db, if_exists=target.if_exists, force=target.force)
     return ExecStatus()
 
 
 def drop_table(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    require_table(session.privileges, Priv.DROP, "DROP", target.db, target.table)
     ctx.writer.drop_table(target.db, target.table, if_exists=target.if_exists, force=target.force)
     return ExecStatus()
 
 
 def truncate(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+    require_table(session.privileges, Priv.LOAD, "LOAD", target.db, target.table)
     table = ctx.catalog.load(target.db, target.table).definition
     ctx.writer.truncate(table.db, table.name)
     return ExecStatus()
 
 
 def use(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
-    ctx.catalog.require_database(target.db)
+    """Doris checks the privilege before the database's existence: an unknown name tells a stranger nothing."""
+    require_visible_db(session.privileges, target.db)
+    if target.db.lower() not in BUILTIN_DATABASES:
+        ctx.catalog.require_database(target.db)
     session.db = target.db
     return ExecStatus()
 
 
 def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecStatus:
     """The change is planned against the table as it is when its version turn comes (`plan_alter`)."""
+    require_table(session.privileges, Priv.ALTER, "ALTER", alter.db or session.db, alter.table)
     table = ctx.catalog.load(alter.db or session.db, alter.table).definition
     ctx.writer.alter(table.db, table.name, plan_alter(alter))
     return ExecStatus()

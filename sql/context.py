@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from sql.broker_load import BrokerLoads
+    from tables.accounts import AccountStore
     from tables.catalog import Catalog
     from tables.commit import TableWriter
 
@@ -37,6 +38,7 @@ class SqlContext:
     compactor: Compactor  # ADMIN COMPACT, SHOW TABLETS
     routine_loads: RoutineLoadManager | None = None  # CREATE / PAUSE / RESUME / STOP / SHOW ROUTINE LOAD
     broker_loads: BrokerLoads | None = None  # LOAD LABEL, SHOW LOAD, CANCEL LOAD, SHOW TRANSACTION
+    accounts: AccountStore | None = None  # CREATE USER, GRANT, SHOW GRANTS, ... (`sql.accounts`)
     limits: QueryLimits = field(default_factory=QueryLimits)
     row_limit: int = 1000  # rows a SELECT returns (the request's `limit`, or the server's default)
     address: str = "127.0.0.1:8030"  # host:port the tablet views link to

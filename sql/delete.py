@@ -19,9 +19,11 @@ from sqlglot import exp
 from spark_runner.sqltext import convert_sql, lit, q
 from sql.context import SqlContext
 from sql.insert import insert_request, live_rows, load_error_text, load_query
+from sql.privileges import require_table
 from sql.results import ExecStatus
 from sql.select import parse_query
 from sql.session import Session
+from tables.accounts import Priv
 from tables.errors import SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, DeletePredicate, TableDef
 from tables.schema_change import SchemaOp
@@ -157,6 +159,7 @@ def parse_delete(text: str) -> exp.Delete:
 def run_delete(ctx: SqlContext, tree: exp.Delete, session: Session) -> ExecStatus:
     """Markers on unique tables, a stored predicate on the others."""
     where = tree.args.get("where")
+    require_table(session.privileges, Priv.LOAD, "LOAD", tree.this.db or session.db, tree.this.name)
     table = ctx.catalog.load(tree.this.db or session.db, tree.this.name).definition
     if where is None:
         raise SqlError("DELETE without a WHERE clause is not supported, use TRUNCATE TABLE")
@@ -183,7 +186,10 @@ def _delete_markers(ctx: SqlContext, table: TableDef, where: exp.Where, session:
     columns: list[exp.Expr] = [exp.column(n, quoted=True) for n in names]
     marker = exp.alias_(exp.Literal.number(1), DELETE_SIGN, quoted=True)
     request = insert_request(db=table.db, table=table.name, columns=[*names, DELETE_SIGN], strict=False)
-    result = load_query(ctx, live_rows(table, [*columns, marker], where), request, db=session.db, show_hidden=True)
+    rows = live_rows(table, [*columns, marker], where)
+    result = load_query(
+        ctx, rows, request, db=session.db, show_hidden=True, privileges=session.privileges, reads_target=True
+    )
     if result.status != "Success":
         raise SqlError(load_error_text(result.message))
     return ExecStatus(affected_rows=result.number_loaded_rows)

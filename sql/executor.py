@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from sql.broker_load import BrokerLoads
+    from tables.accounts import AccountStore
     from tables.catalog import Catalog
     from tables.commit import TableWriter
 
@@ -39,6 +40,7 @@ class SqlExecutor:
         row_limit: int = 1000,
         routine_loads: RoutineLoadManager | None = None,
         broker_loads: BrokerLoads | None = None,
+        accounts: AccountStore | None = None,
         compactor: Compactor | None = None,
         address: str = "127.0.0.1:8030",
         limits: QueryLimits | None = None,
@@ -53,6 +55,7 @@ class SqlExecutor:
             compactor=compactor or Compactor(spark=spark, catalog=catalog, writer=writer),
             routine_loads=routine_loads,
             broker_loads=broker_loads,
+            accounts=accounts,
             limits=limits or QueryLimits(),
             row_limit=row_limit,
             address=address,
@@ -62,6 +65,15 @@ class SqlExecutor:
     def compactor(self) -> Compactor:
         """The compactor ADMIN COMPACT and SHOW TABLETS use (the app's own is `Services.compactor`)."""
         return self.context.compactor
+
+    def runs(self, text: str) -> bool:
+        """True when the statement table has a kind for this statement (the MySQL listener leaves the rest of the
+        SHOW statements to mysql-mimic)."""
+        try:
+            statement_kind(Cursor(text))
+        except SqlError:
+            return False
+        return True
 
     def execute_script(self, text: str, session: Session, *, limit: int | None = None) -> StatementResult:
         """Run `;`-separated statements in order; the reply is the last statement's.

@@ -13,9 +13,11 @@ from sqlglot import exp
 
 from spark_runner.queries import QueryViews, first_value, query_width
 from sql.context import SqlContext
+from sql.privileges import require_table
 from sql.results import ExecStatus
 from sql.select import parse_query, run_query
 from sql.session import Session
+from tables.accounts import Priv, Privileges
 from tables.errors import SqlError
 from tables.load_spec import ColumnMapping, LoadRequest, LoadResult
 from tables.model import DELETE_SIGN, TableDef
@@ -85,6 +87,7 @@ def parse_insert(text: str) -> exp.Insert:
 def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatus:
     """Load the VALUES rows or the query's rows into the table; the reply carries the load's label and txn."""
     table_node, columns = insert_target(tree)
+    require_table(session.privileges, Priv.LOAD, "LOAD", table_node.db or session.db, table_node.name)
     table = ctx.catalog.load(table_node.db or session.db, table_node.name).definition
     source: exp.Expression = tree.expression
     if not isinstance(source, (exp.Values, exp.Query)):
@@ -106,7 +109,9 @@ def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatu
         result = ctx.loads.run_rows(ctx.loads.prepare(request), rows)
     else:
         show_hidden = session.flag("show_hidden_columns")
-        result = load_query(ctx, source, request, db=session.db, show_hidden=show_hidden, width=width)
+        result = load_query(
+            ctx, source, request, db=session.db, show_hidden=show_hidden, privileges=session.privileges, width=width
+        )
     if result.status != "Success":
         if result.number_filtered_rows:
             raise SqlError(f"Insert has filtered data in strict mode. url: {result.error_url or ''}".strip())
@@ -118,7 +123,15 @@ def evaluate(ctx: SqlContext, node: exp.Expression, session: Session) -> str | N
     """A non-literal VALUES item, run as `SELECT CAST(item AS STRING)` with a query's checks and binding."""
     query = exp.select(exp.cast(node.copy(), "STRING").as_("v"))
     with QueryViews(ctx.spark) as views:
-        frame = run_query(views, ctx.catalog, query, db=session.db, show_hidden=False, limits=ctx.limits)
+        frame = run_query(
+            views,
+            ctx.catalog,
+            query,
+            db=session.db,
+            show_hidden=False,
+            privileges=session.privileges,
+            limits=ctx.limits,
+        )
         try:
             value = first_value(frame)
         except SqlError as exc:
@@ -133,15 +146,29 @@ def load_query(
     *,
     db: str,
     show_hidden: bool,
+    privileges: Privileges,
     width: int | None = None,
+    reads_target: bool = False,
 ) -> LoadResult:
-    """Load the rows of a query (checked and bound as a SELECT) with `request`.
+    """Load the rows of a query (checked and bound as a SELECT) with `request`. `reads_target`: the query reads the
+    table it loads back (UPDATE, DELETE), which needs no SELECT_PRIV (its statement checked LOAD_PRIV).
 
     Raises:
         SqlError: the query is refused, or its column count is not `width`.
+        StatementDenied: the query reads a table the user may not SELECT from.
     """
+    target = (request.db, request.table) if reads_target else None
     with QueryViews(ctx.spark) as views:
-        frame = run_query(views, ctx.catalog, query, db=db, show_hidden=show_hidden, limits=ctx.limits)
+        frame = run_query(
+            views,
+            ctx.catalog,
+            query,
+            db=db,
+            show_hidden=show_hidden,
+            privileges=privileges,
+            limits=ctx.limits,
+            target=target,
+        )
         if width is not None and query_width(frame) != width:
             raise SqlError("Column count doesn't match value count")
         return ctx.loads.run_frame(ctx.loads.prepare(request), frame)

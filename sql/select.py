@@ -5,8 +5,9 @@ User SQL reaches Spark only through `run_query`, after three steps, each refusin
     check_query     a positive check: the root is a query and every node below it is a query clause, an
                     operator, a literal or a function of `sql.functions.ALLOWED_FUNCTIONS` (so no INSERT
                     OVERWRITE DIRECTORY, DDL, SET, CACHE, hints or commands inside a CTE, subquery or UNION)
-    bind_tables     every table reference is a CTE visible where it stands or a catalog table, replaced by a
-                    view of its merged rows; the one table function is `range` with constant, bounded arguments
+    bind_tables     every table reference is a CTE visible where it stands or a catalog table the user holds
+                    SELECT_PRIV on, replaced by a view of its merged rows (information_schema's views by the
+                    user's view of the catalog); the one table function is `range` with constant, bounded arguments
     cap_growth      calls that grow a value with a count or a product of lengths (repeat, lpad, concat, replace,
                     array_repeat, ...) raise an error past `QueryLimits` before they allocate
 
@@ -28,8 +29,11 @@ from spark_runner.queries import QueryViews, collect_result
 from spark_runner.sqltext import lit
 from sql.context import QueryLimits, SqlContext
 from sql.functions import ALLOWED_FUNCTIONS
+from sql.information_schema import INFORMATION_SCHEMA, information_schema_view
+from sql.privileges import require_table
 from sql.results import ResultSet
 from sql.session import Session
+from tables.accounts import Priv, Privileges
 from tables.catalog import Catalog
 from tables.errors import DorisError, SqlError
 
@@ -181,12 +185,19 @@ def bind_tables(
     *,
     db: str,
     show_hidden: bool,
+    privileges: Privileges,
     limits: QueryLimits | None = None,
+    target: tuple[str, str] | None = None,
 ) -> exp.Expression:
     """Replace every table reference by a view of its merged rows (made in `views`); returns the new tree.
 
+    Each catalog table needs SELECT_PRIV, except `target` (db, table): the table an UPDATE or a DELETE reads back,
+    whose statement checked LOAD_PRIV on it. `information_schema.schemata / tables / columns` become the user's
+    view of the catalog (`sql.information_schema`).
+
     Raises:
         SqlError: a reference that is neither a visible CTE nor a catalog table, or a refused table function.
+        StatementDenied: a table the user may not SELECT from.
     """
     limits = limits or QueryLimits()
     tree = tree.copy()
@@ -197,6 +208,11 @@ def bind_tables(
         table_db, name = _catalog_table(table)
         if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
             continue
+        if (table_db or db).lower() == INFORMATION_SCHEMA:
+            table.replace(information_schema_view(catalog, privileges, name, table.alias or name))
+            continue
+        if target != (table_db or db, name):
+            require_table(privileges, Priv.SELECT, "SELECT", table_db or db, name)
         try:
             handle = catalog.load(table_db or db, name)
         except DorisError as exc:
@@ -330,16 +346,21 @@ def run_query(
     *,
     db: str,
     show_hidden: bool,
+    privileges: Privileges,
     limits: QueryLimits | None = None,
+    target: tuple[str, str] | None = None,
 ) -> DataFrame:
     """The query as a Spark DataFrame over merged views, made in `views` (which drops them when it closes).
 
     Raises:
         SqlError: the query holds a refused node, function or table reference.
+        StatementDenied: a table the user may not SELECT from (`bind_tables`).
     """
     limits = limits or QueryLimits()
     check_query(tree)
-    bound = bind_tables(views, catalog, tree, db=db, show_hidden=show_hidden, limits=limits)
+    bound = bind_tables(
+        views, catalog, tree, db=db, show_hidden=show_hidden, privileges=privileges, limits=limits, target=target
+    )
     plain = query_sql(bound)
     # the capped text may rename its columns: the frame keeps the names the caller wrote
     return views.frame(query_sql(cap_growth(bound, limits)), names_from=plain)
@@ -349,7 +370,13 @@ def run_select(ctx: SqlContext, tree: exp.Expression, session: Session) -> Resul
     """Run a query and collect at most `ctx.row_limit` rows."""
     with QueryViews(ctx.spark) as views:
         frame = run_query(
-            views, ctx.catalog, tree, db=session.db, show_hidden=session.flag("show_hidden_columns"), limits=ctx.limits
+            views,
+            ctx.catalog,
+            tree,
+            db=session.db,
+            show_hidden=session.flag("show_hidden_columns"),
+            privileges=session.privileges,
+            limits=ctx.limits,
         )
         try:
             result = collect_result(frame, limit=ctx.row_limit)

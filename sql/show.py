@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from sqlglot import TokenType
 
 from sql.context import SqlContext
+from sql.information_schema import visible_databases, visible_tables
+from sql.privileges import (
+    BUILTIN_DATABASES,
+    require_admin,
+    require_visible_db,
+    require_visible_table,
+)
 from sql.results import ResultSet
 from sql.session import Session
 from sql.show_create import show_create_table
@@ -15,7 +22,6 @@ from sql.tokens import Cursor, Target
 from tables.errors import SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType
 
-BUILTIN_DATABASES = ("information_schema", "mysql")
 ALTER_JOB_COLUMNS = (
     "JobId",
     "TableName",
@@ -85,6 +91,14 @@ def parse_show_jobs(cur: Cursor, current_db: str) -> Cursor:
     return cur
 
 
+def show_load_db(cur: Cursor, current_db: str) -> str:
+    """The database `SHOW LOAD [FROM | IN db] ...` reads (the cursor is left where it was)."""
+    start = cur.i
+    db = cur.name() if cur.accept("FROM") or cur.accept("IN") else current_db
+    cur.i = start
+    return db
+
+
 def parse_describe(cur: Cursor, current_db: str) -> Target:
     """`DESC | DESCRIBE [db.]t`."""
     cur.i = 1
@@ -93,16 +107,21 @@ def parse_describe(cur: Cursor, current_db: str) -> Target:
 
 # -- run --------------------------------------------------------------------------------------------------------
 def show_databases(ctx: SqlContext, _: None, session: Session) -> ResultSet:
-    names = list(BUILTIN_DATABASES) + ctx.catalog.list_databases()
+    """The databases the user holds any privilege on (or on one of their tables), and the built-in ones."""
+    names = visible_databases(ctx.catalog, session.privileges)
     return ResultSet(columns=[("Database", "VARCHAR")], rows=[[n] for n in sorted(set(names))])
 
 
 def show_tables(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
-    names = ctx.catalog.list_tables(target.db)
+    """The tables of the database the user holds any privilege on (an unknown database is still an error)."""
+    if target.db.lower() not in BUILTIN_DATABASES:
+        ctx.catalog.require_database(target.db)
+    names = visible_tables(ctx.catalog, session.privileges, target.db)
     return ResultSet(columns=[(f"Tables_in_{target.db}", "VARCHAR")], rows=[[n] for n in names])
 
 
 def show_create(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
+    require_visible_table(session.privileges, "SHOW CREATE TABLE", target.db, target.table)
     table = ctx.catalog.load(target.db, target.table).definition
     return ResultSet(
         columns=[("Table", "VARCHAR"), ("Create Table", "VARCHAR")], rows=[[table.name, show_create_table(table)]]
@@ -110,9 +129,11 @@ def show_create(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
 
 
 def show_delete(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
-    """The stored delete predicates of the database's tables (DELETE on duplicate and aggregate tables)."""
+    """The stored delete predicates of the database's tables the user may see (DELETE on duplicate and
+    aggregate tables)."""
+    require_visible_db(session.privileges, target.db)
     rows: list[list[object]] = []
-    for name in ctx.catalog.list_tables(target.db):
+    for name in visible_tables(ctx.catalog, session.privileges, target.db):
         for pred in ctx.catalog.load(target.db, name).definition.delete_predicates:
             rows.append([name, name, pred.create_time, pred.display, "FINISHED"])
     fields = ("TableName", "PartitionName", "CreateTime", "DeleteCondition", "State")
@@ -120,9 +141,10 @@ def show_delete(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
 
 
 def show_alter(ctx: SqlContext, stmt: ShowAlter, session: Session) -> ResultSet:
-    """Every schema change of the database's tables, FINISHED (they are metadata only)."""
+    """Every schema change of the database's tables the user may see, FINISHED (they are metadata only)."""
+    require_visible_db(session.privileges, stmt.db)
     rows: list[list[object]] = []
-    for name in ctx.catalog.list_tables(stmt.db):
+    for name in visible_tables(ctx.catalog, session.privileges, stmt.db):
         if stmt.table is not None and name != stmt.table:
             continue
         for job in ctx.catalog.load(stmt.db, name).definition.alter_jobs:
@@ -150,17 +172,20 @@ def show_alter(ctx: SqlContext, stmt: ShowAlter, session: Session) -> ResultSet:
 def show_load(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:
     if ctx.broker_loads is None:
         raise SqlError(SHOW_NOT_SUPPORTED)
+    require_visible_db(session.privileges, show_load_db(cur, session.db))
     return ctx.broker_loads.show_load(cur, session.db)
 
 
 def show_transaction(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:
     if ctx.broker_loads is None:
         raise SqlError(SHOW_NOT_SUPPORTED)
+    require_admin(session.privileges)  # as Doris: transactions of every load, whoever ran it
     return ctx.broker_loads.show_transaction(cur, session.db)
 
 
 def describe(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
     """The table's columns (with the hidden ones under `show_hidden_columns`), as Doris's DESC lists them."""
+    require_visible_table(session.privileges, "DESCRIBE", target.db, target.table)
     table = ctx.catalog.load(target.db, target.table).definition
     cols = list(table.columns)
     if session.flag("show_hidden_columns"):

@@ -4,7 +4,8 @@
 
 Parsers are pure (the statement's tokens and the session's database in, a typed statement or a `SqlError`
 out: they are tested as tables of cases in `tests/sql/test_parsers.py`); handlers run a parsed statement
-against the `SqlContext` (catalog, writer, loads, Spark through `spark_runner`) and the `Session`. The order
+against the `SqlContext` (catalog, writer, loads, Spark through `spark_runner`) and the `Session`, and checks the
+privilege Doris requires first (`sql.privileges`; the map is in `docs/security.md`). The order
 of the table is the order kinds are tried in: the routine load statements come first, since they begin with
 CREATE, SHOW, PAUSE, RESUME or STOP.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from sql.accounts import AccountStatement, is_account_statement, parse_account_statement, run_account_statement
 from sql.admin import admin_compact, parse_admin_compact, parse_show_tablets, show_tablets
+from sql.broker_load import parse_load
 from sql.catalog_statements import (
     alter_table,
     create_database,
@@ -35,8 +38,15 @@ from sql.catalog_statements import (
 from sql.context import SqlContext
 from sql.delete import parse_delete, run_delete
 from sql.insert import parse_insert, run_insert
+from sql.privileges import denied_statement, require_db, require_table, require_visible_db
 from sql.results import ExecStatus, StatementResult
-from sql.routine_load import is_routine_load
+from sql.routine_load import (
+    CreateRoutineLoad,
+    JobCommand,
+    RoutineLoadStatement,
+    is_routine_load,
+    parse_routine_load,
+)
 from sql.routine_load_commands import run_routine_load_statement
 from sql.select import parse_query, run_select
 from sql.session import Session, parse_set, run_set
@@ -59,7 +69,11 @@ from sql.show import (
 )
 from sql.tokens import Cursor
 from sql.update import parse_update, run_update
-from tables.errors import SqlError
+from tables.accounts import Priv
+from tables.errors import AccessDenied, DorisError, SqlError
+
+if TYPE_CHECKING:
+    from spark_runner.routine_load import RoutineLoadManager
 
 S = TypeVar("S")
 
@@ -94,19 +108,69 @@ def unparsed(cur: Cursor, current_db: str) -> str:
 
 # -- handlers of the load statements, whose modules parse and run them --------------------------------------------
 def routine_load(ctx: SqlContext, text: str, session: Session) -> StatementResult:
+    if ctx.routine_loads is not None:
+        check_routine_load(ctx.routine_loads, parse_routine_load(text), session)
     return run_routine_load_statement(text, session.db, manager=ctx.routine_loads, catalog=ctx.catalog)
+
+
+def check_routine_load(manager: RoutineLoadManager, stmt: RoutineLoadStatement, session: Session) -> None:
+    """CREATE / PAUSE / RESUME / STOP need LOAD_PRIV on the job's table (on the database for ALL jobs of it);
+    SHOW needs the database to be visible.
+
+    Raises:
+        StatementDenied: the user lacks it.
+    """
+    privileges = session.privileges
+    db = stmt.db or session.db
+    if isinstance(stmt, CreateRoutineLoad):
+        if stmt.table is None:
+            require_db(privileges, Priv.LOAD, db)
+        else:
+            require_table(privileges, Priv.LOAD, "LOAD", db, stmt.table)
+    elif isinstance(stmt, JobCommand):
+        if stmt.name is None:
+            require_db(privileges, Priv.LOAD, db)
+            return
+        try:
+            table = manager.find(db, stmt.name).spec.table
+        except DorisError:  # no such job: the statement says so, to a user who may load into the database
+            require_db(privileges, Priv.LOAD, db)
+            return
+        require_table(privileges, Priv.LOAD, "LOAD", db, table)
+    else:
+        require_visible_db(privileges, db)
 
 
 def broker_load(ctx: SqlContext, text: str, session: Session) -> ExecStatus:
     if ctx.broker_loads is None:
         raise SqlError(not_supported("LOAD"))
+    load = parse_load(text, session.db)
+    require_table(session.privileges, Priv.LOAD, "LOAD", load.db, load.table)
     return ctx.broker_loads.submit(text, session.db)
 
 
 def cancel_load(ctx: SqlContext, text: str, session: Session) -> ExecStatus:
     if ctx.broker_loads is None:
         raise SqlError(not_supported("CANCEL"))
+    cur = Cursor(text)
+    cur.expect("CANCEL", "LOAD")
+    require_db(session.privileges, Priv.LOAD, cur.name() if cur.accept("FROM") or cur.accept("IN") else session.db)
     return ctx.broker_loads.cancel(text, session.db)
+
+
+# -- the account statements ---------------------------------------------------------------------------------------
+def is_account(cur: Cursor) -> bool:
+    return is_account_statement(cur.word(), cur.word(1), cur.word(2))
+
+
+def account_statement(ctx: SqlContext, stmt: AccountStatement, session: Session) -> StatementResult:
+    """Raises: StatementDenied when the user lacks GRANT_PRIV (`run_account_statement` checks what Doris does)."""
+    if ctx.accounts is None:
+        raise SqlError("account statements are not available on this server")
+    try:
+        return run_account_statement(stmt, ctx.accounts, session.privileges)
+    except AccessDenied as exc:
+        raise denied_statement(exc) from None
 
 
 def not_supported(first: str) -> str:
@@ -120,6 +184,7 @@ def show_maybe_full(word: str) -> Callable[[Cursor], bool]:
 
 STATEMENTS: tuple[StatementKind[Any], ...] = (
     StatementKind("ROUTINE LOAD", is_routine_load, unparsed, routine_load),
+    StatementKind("ACCOUNT", is_account, of_text(parse_account_statement), account_statement),
     StatementKind("CREATE DATABASE", starts("CREATE", ("DATABASE", "SCHEMA")), parse_create_database, create_database),
     StatementKind("CREATE TABLE", starts("CREATE", ("TABLE", "EXTERNAL")), parse_create, create_table),
     StatementKind("DROP DATABASE", starts("DROP", ("DATABASE", "SCHEMA")), parse_drop_database, drop_database),

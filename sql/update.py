@@ -11,9 +11,11 @@ from sqlglot import exp
 
 from sql.context import SqlContext
 from sql.insert import insert_request, live_rows, load_error_text, load_query
+from sql.privileges import require_table
 from sql.results import ExecStatus
 from sql.select import parse_query
 from sql.session import Session
+from tables.accounts import Priv
 from tables.errors import SqlError
 from tables.model import SEQUENCE_COL
 
@@ -27,6 +29,7 @@ def parse_update(text: str) -> exp.Update:
 
 
 def run_update(ctx: SqlContext, tree: exp.Update, session: Session) -> ExecStatus:
+    require_table(session.privileges, Priv.LOAD, "LOAD", tree.this.db or session.db, tree.this.name)
     table = ctx.catalog.load(tree.this.db or session.db, tree.this.name).definition
     if not table.is_unique:
         raise SqlError("Only unique table could be updated.")
@@ -49,7 +52,9 @@ def run_update(ctx: SqlContext, tree: exp.Update, session: Session) -> ExecStatu
     ]
     request = insert_request(db=table.db, table=table.name, columns=names, strict=session.flag("enable_insert_strict"))
     query = live_rows(table, values, tree.args.get("where"))
-    result = load_query(ctx, query, request, db=session.db, show_hidden=True)
+    result = load_query(
+        ctx, query, request, db=session.db, show_hidden=True, privileges=session.privileges, reads_target=True
+    )
     if result.status != "Success":
         raise SqlError(load_error_text(result.message))
     return ExecStatus(affected_rows=result.number_loaded_rows)

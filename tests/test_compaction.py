@@ -102,8 +102,9 @@ def services(spark: Any, tmp_path: Path) -> Any:
 
 def _sql(services: Any, stmt: str, *, hidden: bool = False) -> list[list[Any]]:
     from sql.session import Session
+    from tables.accounts import ALL_PRIVS, Grant, Identity, Privileges, Scope
 
-    session = Session(db="m")
+    session = Session(db="m", privileges=Privileges(Identity("root"), (Grant(Scope(), ALL_PRIVS),)))
     if hidden:
         session.set("show_hidden_columns", "true")
     return [list(r) for r in getattr(services.sql.execute(stmt, session), "rows", [])]
@@ -193,8 +194,9 @@ def test_compaction_gives_way_to_a_truncate_and_leaves_no_files(services: Any) -
 
 def _session() -> Any:
     from sql.session import Session
+    from tables.accounts import ALL_PRIVS, Grant, Identity, Privileges, Scope
 
-    return Session(db="m")
+    return Session(db="m", privileges=Privileges(Identity("root"), (Grant(Scope(), ALL_PRIVS),)))
 
 
 def test_housekeeping_removes_the_files_compaction_replaced(services: Any) -> None:

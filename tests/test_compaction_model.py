@@ -34,8 +34,9 @@ class Stack:
 
     def run(self, db: str, stmt: str, *, hidden: bool = False) -> list[list[Any]]:
         from sql.session import Session
+        from tables.accounts import ALL_PRIVS, Grant, Identity, Privileges, Scope
 
-        session = Session(db=db)
+        session = Session(db=db, privileges=Privileges(Identity("root"), (Grant(Scope(), ALL_PRIVS),)))
         if hidden:
             session.set("show_hidden_columns", "true")
         result = self.sql.execute(stmt, session)

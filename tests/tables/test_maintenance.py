@@ -28,8 +28,9 @@ def services(spark, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _session():  # type: ignore[no-untyped-def]
     from sql.session import Session
+    from tables.accounts import ALL_PRIVS, Grant, Identity, Privileges, Scope
 
-    return Session(db="m")
+    return Session(db="m", privileges=Privileges(Identity("root"), (Grant(Scope(), ALL_PRIVS),)))
 
 
 def _age(path: Path, seconds: float) -> None:
