@@ -297,7 +297,9 @@ def test_information_schema_answers_per_user(world: World, doris: DorisClient) -
     assert {"other", "t"} <= set(names(doris.rows(world.db, tables)))  # root sees everything
     reader = DorisClient(world.base_url, auth=(world.users["select_t"], PASSWORD))
     assert names(reader.rows(world.db, tables)) == ["t"]
-    assert reader.rows(world.db, columns) == [["t", "k", 1, "int", "UNI"], ["t", "v", 2, "varchar", ""]]
+    described = reader.rows(world.db, columns)  # the ALTER cases may have added columns after these two
+    assert described[:2] == [["t", "k", 1, "int", "UNI"], ["t", "v", 2, "varchar", ""]]
+    assert {r[0] for r in described} == {"t"}
     seen = names(reader.rows("information_schema", schemata))
     assert world.db in seen and world.db2 not in seen
     with connect(world, world.users["nobody"], database="information_schema") as conn, conn.cursor() as cur:
