@@ -4,7 +4,8 @@ One connection is one `sql.session.Session`, so `USE` and `SET show_hidden_colum
 disconnects. Statements go to the same `SqlExecutor` the HTTP SQL endpoint uses; what a MySQL client sends for
 its own bookkeeping (`SET NAMES`, `SET autocommit`, `SELECT @@version_comment`, `SELECT DATABASE()`,
 `SHOW VARIABLES`, `COMMIT`, ...) is answered by mysql-mimic's session. Failures become MySQL error packets
-with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...`, all through one mapping
+with Doris's wording: `ERROR 1105 (HY000): errCode = 2, detailMessage = ...` (a refused privilege: Doris's
+1142, 1044 or 1227 with SQLSTATE 42000), all through one mapping
 (`mysql_errors`, at the two entry points mysql-mimic calls: `handle_query` and `use`).
 """
 

@@ -208,6 +208,8 @@ def bind_tables(
         table_db, name = _catalog_table(table)
         if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
             continue
+        if not (table_db or db):
+            raise SqlError("No database selected")
         if (table_db or db).lower() == INFORMATION_SCHEMA:
             table.replace(information_schema_view(catalog, privileges, name, table.alias or name))
             continue
