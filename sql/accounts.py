@@ -16,12 +16,14 @@ from sqlglot import TokenType
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.tokens import Cursor
 from tables.accounts import (
+    ANY_HOST,
     AccountStore,
     Grant,
     Identity,
     Priv,
     Privileges,
     Scope,
+    check_identity,
     native_password_hash,
     parse_privileges,
     parse_scope,
@@ -130,9 +132,11 @@ def parse_account_statement(text: str) -> AccountStatement:
 def _identity(cur: Cursor) -> Identity:
     """`'u'@'host'`, `u@'%'`, `` `u`@`%` ``, or `'u'` (host `%`)."""
     user = _name_or_string(cur, "a user name")
-    if cur.accept_type(TokenType.PARAMETER) is None:
-        return Identity(user)
-    return Identity(user, _name_or_string(cur, "a host"))
+    host = _name_or_string(cur, "a host") if cur.accept_type(TokenType.PARAMETER) is not None else ANY_HOST
+    try:
+        return check_identity(Identity(user, host))
+    except DorisError as exc:
+        raise SqlError(exc.message) from None
 
 
 def _name_or_string(cur: Cursor, what: str) -> str:

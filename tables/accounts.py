@@ -70,6 +70,19 @@ BUILTIN_ROLES = {OPERATOR_ROLE: ALL_PRIVS, ADMIN_ROLE: ALL_PRIVS & ~Priv.NODE}
 _BY_NAME = {f"{p.name}_PRIV": p for p in Priv} | {str(p.name): p for p in Priv}
 
 
+USER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")  # Doris's FeNameFormat user name, at most 64 characters
+MAX_HOST = 255
+
+
+def check_identity(identity: Identity) -> Identity:
+    """Raises: DorisError for a user name Doris refuses or a host pattern longer than a host name can be."""
+    if not USER_NAME.fullmatch(identity.user):
+        raise DorisError(f"Incorrect user name: '{identity.user}'")
+    if not identity.host or len(identity.host) > MAX_HOST:
+        raise DorisError(f"Incorrect host: '{identity.host[:MAX_HOST]}'")
+    return identity
+
+
 def parse_privileges(names: Iterable[str]) -> Priv:
     """`SELECT_PRIV, LOAD_PRIV` (any case; `ALL` / `ALL PRIVILEGES` for every data privilege) as a flag set.
 
@@ -110,10 +123,25 @@ class Identity:
 
     def host_matches(self, client: str) -> bool:
         """The identity's host pattern against a client address (`%` and `_` as in SQL LIKE)."""
-        if self.host == ANY_HOST:
-            return True
-        pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in self.host)
-        return re.fullmatch(pattern, client, re.IGNORECASE) is not None
+        return self.host == ANY_HOST or like(self.host.lower(), client.lower())
+
+
+def like(pattern: str, text: str) -> bool:
+    """SQL LIKE without escapes (`%` any run, `_` one character), in O(len(pattern) * len(text)) whatever the
+    pattern: a regular expression of many `%` backtracks exponentially, and patterns come from users."""
+    p = t = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] in ("_", text[t]):
+            p, t = p + 1, t + 1
+        elif p < len(pattern) and pattern[p] == "%":
+            star, mark, p = p, t, p + 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            t = mark
+        else:
+            return False
+    return all(c == "%" for c in pattern[p:])
 
 
 @dataclass(frozen=True)

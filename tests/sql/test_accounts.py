@@ -125,3 +125,18 @@ def test_show_all_grants_and_show_roles_list_every_account(store: AccountStore) 
     assert isinstance(roles, ResultSet)
     writers = next(r for r in roles.rows if r[0] == "writers")
     assert writers[2] == "'w'@'%'" and writers[5] == "internal.db1: Select_priv,Load_priv"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("CREATE USER '1abc'", "Incorrect user name: '1abc'"),
+        ("CREATE USER 'a b'", "Incorrect user name: 'a b'"),
+        (f"CREATE USER '{'u' * 65}'", "Incorrect user name"),
+        (f"CREATE USER 'u'@'{'h' * 256}'", "Incorrect host"),
+        ("GRANT LOAD_PRIV ON db.t TO 'u'@''", "Incorrect host"),
+    ],
+)
+def test_user_names_and_hosts_are_checked_as_doris_checks_them(text: str, error: str) -> None:
+    with pytest.raises(SqlError, match=error):
+        parse_account_statement(text)

@@ -221,3 +221,28 @@ def test_a_password_given_later_replaces_an_empty_one_but_never_a_set_one(tmp_pa
     with pytest.raises(DorisError, match="Access denied"):
         store.authenticate("admin", "", "10.1.1.1")
     assert store.authenticate("admin", "now-exposed", "10.1.1.1") == Identity("admin")
+
+
+@pytest.mark.parametrize(
+    ("host", "client", "matches"),
+    [
+        ("10.0.0.%", "10.0.0.7", True),
+        ("10.0.0.%", "10.0.1.7", False),
+        ("10.0.0._", "10.0.0.7", True),
+        ("10.0.0._", "10.0.0.17", False),
+        ("%.example.com", "db.EXAMPLE.com", True),
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "127.0.0.10", False),
+        ("%%", "", True),
+    ],
+)
+def test_host_patterns_match_as_sql_like(host: str, client: str, matches: bool) -> None:
+    assert Identity("u", host).host_matches(client) is matches
+
+
+def test_a_host_pattern_of_many_wildcards_is_matched_in_linear_time() -> None:
+    import time
+
+    started = time.monotonic()
+    assert not Identity("u", "%a" * 40 + "%b").host_matches("a" * 200)
+    assert time.monotonic() - started < 1.0  # a regular expression of these backtracks for hours
