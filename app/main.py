@@ -50,6 +50,7 @@ def build_services(
     from tables.accounts import AccountStore, LoginThrottle
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
+    from tables.model import STORAGE_FORMAT
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
     from tables.source_paths import SourcePolicy
@@ -85,6 +86,8 @@ def build_services(
         base_min_rowsets=settings.compaction_base_min_rowsets,
     )
     compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy, on_compaction=on_compaction)
+    if converted := compactor.convert_storage():  # merge-on-write tables an earlier release wrote
+        log.info("converted %d merge-on-write tables to storage format %d", converted, STORAGE_FORMAT)
     routine_store = RoutineLoadStore(data_dir / "transactions.db")
     if migrated := routine_store.migrate(parse_load_request):  # jobs an earlier release stored as raw headers
         log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)

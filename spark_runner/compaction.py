@@ -30,13 +30,13 @@ from pyspark.sql import functions as F
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import with_field_ids
 from spark_runner.merge import merge_rows
-from spark_runner.queries import read_rowsets
+from spark_runner.queries import FILE, ROW, lookup_rows, read_rowsets
 from spark_runner.service import write_partitions
 from spark_runner.sqltext import q
 from tables.catalog import Catalog, TableHandle
 from tables.commit import TableWriter
 from tables.errors import DorisError, SchemaChanged
-from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
+from tables.model import DELETE_SIGN, SEQUENCE_COL, STORAGE_FORMAT, VERSION_COL, TableDef
 from tables.rowsets import Rowset, RowsetsChanged, has_delete_markers, range_file_name, sign_field_id
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,10 @@ def merged_rowsets(spark: SparkSession, handle: TableHandle, rowsets: Sequence[R
     """The rows that replace `rowsets`: merged per key (duplicate tables: unchanged), in storage order."""
     table = handle.definition
     files = [p for r in rowsets for p in r.paths]
-    df = read_rowsets(spark, handle, files=files)
+    if table.positional:  # superseded rows stay out; tombstones stay in (hidden again by the commit)
+        df = lookup_rows(spark, handle, files).drop(FILE, ROW)
+    else:
+        df = read_rowsets(spark, handle, files=files)
     seq = q(SEQUENCE_COL) if table.has_sequence else None
     df = merge_rows(df, table, q(VERSION_COL), sequence=seq)
     if base and drops_delete_markers(table):
@@ -246,6 +249,48 @@ class Compactor:
                 if result is not None:
                     done.append(result)
         return done
+
+    def convert_storage(self) -> int:
+        """Convert every merge-on-write table written before storage format 2 (one live row per key in Iceberg's
+        terms): one base compaction under the old rules, committed with the new definition in one snapshot.
+        A table that cannot be converted is logged and keeps answering as before (merged on read); returns how
+        many were converted."""
+        converted = 0
+        for db in self.catalog.list_databases():
+            for name in self.catalog.list_tables(db):
+                try:
+                    handle = self.catalog.load(db, name)
+                    table = handle.definition
+                    if table.positional or not table.is_unique or not table.merge_on_write or table.sequence_mapping:
+                        continue
+                    with self._lock(handle):
+                        self._convert(handle)
+                    converted += 1
+                except Exception:
+                    log.exception("table %s.%s could not be converted to storage format %d", db, name, STORAGE_FORMAT)
+        return converted
+
+    def _convert(self, handle: TableHandle) -> None:
+        table = handle.definition
+        new = table.model_copy(update={"storage_format": STORAGE_FORMAT})
+        rowsets = handle.rowsets()
+        label = f"convert_storage_{uuid.uuid4().hex}"
+        with self.writer.rewrite(table.db, table.name, label=label, planned=table) as pending:
+            pending.definition = new
+            pending.replaced = [p for r in rowsets for p in r.paths]
+            if rowsets:
+                df = merged_rowsets(self.spark, pending.handle, rowsets, base=True)
+                partitions = write_partitions(table.buckets, sum(r.data_size for r in rowsets))
+                with spark_errors():
+                    pending.files = write_rowset(
+                        df,
+                        pending.handle,
+                        directory=pending.directory,
+                        partitions=partitions,
+                        start=rowsets[0].start_version,
+                        end=rowsets[-1].end_version,
+                    )
+        log.info("table %s.%s converted to storage format %d", table.db, table.name, STORAGE_FORMAT)
 
     def _compact(
         self, handle: TableHandle, kind: CompactionType, rowsets: Sequence[Rowset] | None, *, manual: bool

@@ -12,21 +12,26 @@ observed metrics are the load's counts.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
 from spark_runner.merge import merge_rows
+from spark_runner.mow import STORED_FILE, STORED_POS, WINS, beats, stored_winners, write_deletes
 from spark_runner.planning import LoadPlan
+from spark_runner.queries import FILE, ROW
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
+from tables.commit import rowset_files
 from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
-from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef
+from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
+from tables.row_delta import write_position_deletes
 
 POS = "__pos"
 LINE = "__line"
@@ -47,6 +52,7 @@ class JobOutcome:
     files: list[str]
     errors: list[str]  # first rejected rows, error-log lines
     metrics: dict[str, int] | None = None  # the caller's `extra_metrics`, by name
+    deletes: list[str] = field(default_factory=list)  # position delete files of the stored rows it supersedes
 
 
 def _field(i: int) -> str:
@@ -462,6 +468,9 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
     picked += [f"{q(c.name)} AS __sv{i}" for i, c in enumerate(table.columns)]
     picked.append(f"{q(DELETE_SIGN)} AS __ssign" if DELETE_SIGN in hidden else "0 AS __ssign")
     picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if SEQUENCE_COL in hidden else "NULL AS __sseq")
+    positioned = FILE in stored.columns  # a positional table's lookup rows: carry the winner's position
+    if positioned:
+        picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}"]
     on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
     joined = batch.join(stored.selectExpr(*picked, "true AS __sfound"), on=F.expr(on), how="left")
     live = "(coalesce(__sfound, false) AND __ssign = 0)"
@@ -486,7 +495,26 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
             out.append(q(name))
     deleting = f"{SIGN} = 1" if SIGN in batch.columns else "false"
     out.append(f"NOT {live} AND NOT ({deleting}) AS {NEW_KEY}")
+    if positioned:
+        out += [STORED_FILE, STORED_POS, "__sseq", "__sfound"]
     return joined.selectExpr(*out)
+
+
+def attach_winners(batch: DataFrame, winners: DataFrame, table: TableDef) -> DataFrame:
+    """Each incoming row with its key's stored winner: found, sequence and position (merge-on-write)."""
+    keys = table.key_columns
+    picked = [f"{q(k)} AS __sk{i}" for i, k in enumerate(keys)]
+    picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if table.has_sequence else "NULL AS __sseq")
+    picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}", "true AS __sfound"]
+    on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
+    joined = batch.join(winners.selectExpr(*picked), on=F.expr(on), how="left")
+    return joined.selectExpr(*[q(c) for c in batch.columns], STORED_FILE, STORED_POS, "__sseq", "__sfound")
+
+
+def winning(table: TableDef) -> str:
+    """SQL: an incoming row (after `attach_winners` or a positional `fill_from_stored`) beats its key's stored
+    winner, or the key is new."""
+    return f"NOT coalesce(__sfound, false) OR {beats(table, SEQ if table.has_sequence else 'NULL', '__sseq')}"
 
 
 def check_new_keys(plan: LoadPlan, new_rows: int, first_new_key: str | None) -> None:
@@ -530,8 +558,14 @@ def storage_columns(plan: LoadPlan, version: int) -> list[str]:
 
 
 def with_field_ids(df: DataFrame, field_ids: dict[str, int]) -> DataFrame:
-    """Attach each column's Iceberg field id, which Spark writes into the Parquet schema."""
-    return df.select(*[F.col(q(c)).alias(c, metadata={"parquet.field.id": field_ids[c]}) for c in df.columns])
+    """Attach each column's Iceberg field id, which Spark writes into the Parquet schema (other columns, such as
+    a merge-on-write decision, are kept as they are)."""
+    return df.select(
+        *[
+            F.col(q(c)).alias(c, metadata={"parquet.field.id": field_ids[c]}) if c in field_ids else F.col(q(c))
+            for c in df.columns
+        ]
+    )
 
 
 TOO_LONG = "error log is too long"
@@ -564,11 +598,16 @@ def run_load_job(
     field_ids: dict[str, int],
     buckets: int,
     stored: DataFrame | None = None,
+    lookup: bool = False,
     extra_metrics: tuple[Column, ...] = (),
 ) -> JobOutcome:
     """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
 
-    `extra_metrics` are further named aggregates over the prepared rows (group commit counts per load).
+    `stored`: the table's current rows (merged, for a partial update of a merge-on-read table) or a positional
+    table's lookup rows (`queries.lookup_rows`). With `lookup` the load is merged into them (`spark_runner.mow`):
+    only the rows that beat the stored ones are written, and the stored rows they beat are named in position
+    delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
+    (group commit counts per load).
     """
     rows = prepare_rows(source, plan)
     observation = Observation(f"load_{directory.name}")
@@ -593,7 +632,12 @@ def run_load_job(
     # a partial update that keeps the stored sequence orders its own rows by position only
     seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
     good = merge_rows(good, table, POS, sequence=seq)
+    if stored is not None and table.positional:
+        stored = stored_winners(stored, good, table)
     partial_metrics: Observation | None = None
+    if lookup and not plan.reads_stored:
+        assert stored is not None, "a merge-on-write load compares with the stored rows"
+        good = attach_winners(good, stored, table)
     if plan.reads_stored:
         assert stored is not None, "this load reads the table's current rows"
         good = fill_from_stored(good, stored, plan)
@@ -606,17 +650,34 @@ def run_load_job(
                 "first_new_key"
             ),
         )
-    collected = buckets == 1 and not plan.reads_stored and small_rowset.is_small(source)
+    if lookup:
+        good = good.withColumn(WINS, F.expr(winning(table)))
+    collected = buckets == 1 and small_rowset.is_small(source) and (lookup or not plan.reads_stored)
     # a collected rowset gets its version after the job: a literal would be compiled into the job's
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
-    out = with_field_ids(good.selectExpr(*storage_columns(plan, 0 if collected else version)), field_ids)
+    decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
+    out = with_field_ids(good.selectExpr(*storage_columns(plan, 0 if collected else version), *decision), field_ids)
     if keys:
         out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
+    deletes: list[str] = []
     if collected:
-        files = small_rowset.write_collected(out, directory, version=version)  # one partition, in key order
+        # one partition, in key order; the decision columns split into the rows and the position deletes
+        files, positions = small_rowset.write_collected(out, directory, version=version, decision=decision)
+        if positions is not None:
+            written = write_position_deletes(directory, positions)
+            deletes = [written] if written else []
+    elif decision:
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the rows and the deletes come from one computation
+        try:
+            out.where(WINS).drop(*decision).write.mode("errorifexists").parquet(str(directory))
+            files = rowset_files(directory)
+            beaten = out.where(f"{WINS} AND {STORED_FILE} IS NOT NULL")
+            deletes = write_deletes(beaten.selectExpr(f"{STORED_FILE} AS file_path", f"{STORED_POS} AS pos"), directory)
+        finally:
+            out.unpersist()
     else:
         out.write.mode("errorifexists").parquet(str(directory))
-        files = sorted(str(p) for p in directory.glob("*.parquet"))
+        files = rowset_files(directory)
     if partial_metrics is not None:
         found = partial_metrics.get
         check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
@@ -631,4 +692,4 @@ def run_load_job(
     extra = {
         name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
     }
-    return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None)
+    return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)

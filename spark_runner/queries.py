@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -28,22 +28,34 @@ from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
+from tables.row_delta import live_delete_files
+from tables.rowsets import plain_path
 
 log = logging.getLogger(__name__)
 
+FILE = "__rfile"  # a stored row's data file (its plain path)
+ROW = "__rpos"  # its row number in that file
 
-def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
+
+def read_rowsets(
+    spark: SparkSession, handle: TableHandle, files: list[str] | None = None, *, positions: bool = False
+) -> DataFrame:
     """Every stored row of the table's current snapshot (or of the given data files), in storage types.
 
     Rows read as the table defines them now: columns added later read their DEFAULT, and stored delete
-    predicates (DELETE on duplicate and aggregate tables) drop the rows loaded before them.
+    predicates (DELETE on duplicate and aggregate tables) drop the rows loaded before them. `positions` adds
+    each row's data file and row number (`FILE`, `ROW`), as position delete files name rows.
     """
     cols = [(c, handle.field_id(c.name)) for c in handle.definition.all_columns()]
     schema = storage_schema(cols)
     files = handle.data_files() if files is None else files
+    extra = [f"CAST(NULL AS STRING) AS {FILE}", f"CAST(NULL AS BIGINT) AS {ROW}"] if positions else []
     if not files:
-        return spark.createDataFrame([], schema)
+        empty = spark.createDataFrame([], schema)
+        return empty.selectExpr("*", *extra) if positions else empty
     df = spark.read.schema(schema).parquet(*files)
+    if positions:
+        df = df.select("*", *row_positions())
     for pred in handle.definition.delete_predicates:
         df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
     late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
@@ -58,16 +70,65 @@ def read_rowsets(spark: SparkSession, handle: TableHandle, files: list[str] | No
             if c.name in late
             else q(c.name)
             for c, _ in cols
-        ]
+        ],
+        *([FILE, ROW] if positions else []),
     )
 
 
+def row_positions() -> list[Column]:
+    """A Parquet row's data file (the plain path, as manifests and position delete files name it) and its row
+    number in that file. Spark reports the file as a URI: `file:` comes off and %-escapes are decoded (a `+`
+    is kept: `url_decode` would read it as a space)."""
+    path = F.expr("url_decode(replace(regexp_replace(_metadata.file_path, '^file:(//)?', ''), '+', '%2B'))")
+    return [path.alias(FILE), F.col("_metadata.row_index").alias(ROW)]
+
+
+def deleted_positions(spark: SparkSession, handle: TableHandle) -> DataFrame | None:
+    """The rows the table's position delete files name (`FILE`, `ROW`, possibly repeated), or None."""
+    paths = [plain_path(f.file_path) for f in live_delete_files(handle.iceberg)]
+    if not paths:
+        return None
+    schema = T.StructType([T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())])
+    return spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}")
+
+
+def live_rows(spark: SparkSession, handle: TableHandle) -> DataFrame:
+    """The rows of a positional table that no position delete names: one per key, no delete-signed rows."""
+    rows = read_rowsets(spark, handle, positions=True)
+    deleted = deleted_positions(spark, handle)
+    if deleted is not None:
+        rows = rows.join(deleted, [FILE, ROW], "left_anti")
+    return rows.drop(FILE, ROW)
+
+
+def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
+    """What a merge-on-write load compares against: the rows not superseded (no position delete names them)
+    plus every delete-signed row, superseded or not (a deleted key keeps its sequence; a tombstone is always
+    position-deleted so that foreign readers do not see it, and a superseded one always loses the merge to
+    the row that superseded it). With `FILE` and `ROW`."""
+    rows = read_rowsets(spark, handle, files, positions=True)
+    deleted = deleted_positions(spark, handle)
+    if deleted is None:
+        return rows
+    gone = deleted.distinct().withColumn("__gone", F.lit(True))
+    sign = q(DELETE_SIGN) if handle.definition.delete_sign else "0"
+    return rows.join(gone, [FILE, ROW], "left").where(f"__gone IS NULL OR {sign} = 1").drop("__gone")
+
+
 def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:
-    """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked."""
+    """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked.
+
+    A positional table reads its live rows and merges nothing; with `show_hidden` its winning delete-signed
+    rows are shown too (merged with the live ones: the only merge left, for a debugging variable).
+    """
     table = handle.definition
-    df = read_rowsets(spark, handle)
     seq = q(SEQUENCE_COL) if table.has_sequence else None
-    df = merge_rows(df, table, q(VERSION_COL), sequence=seq)
+    if table.positional and not show_hidden:
+        df = live_rows(spark, handle)
+    elif table.positional:
+        df = merge_rows(lookup_rows(spark, handle).drop(FILE, ROW), table, q(VERSION_COL), sequence=seq)
+    else:
+        df = merge_rows(read_rowsets(spark, handle), table, q(VERSION_COL), sequence=seq)
     if table.is_unique and table.delete_sign and not show_hidden:
         df = df.where(f"{q(DELETE_SIGN)} = 0")
     columns = list(table.columns) + (list(table.shown_hidden_columns()) if show_hidden else [])

@@ -29,8 +29,9 @@ from spark_runner.load_job import (
     rows_source,
     run_load_job,
 )
+from spark_runner.mow import resolve
 from spark_runner.planning import LoadPlan, plan_load
-from spark_runner.queries import merged_rows
+from spark_runner.queries import lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
@@ -95,6 +96,10 @@ class LoadService:
         self.error_log_dir = error_log_dir
         self._workers = _DaemonWorkers("load-job")
         error_log_dir.mkdir(parents=True, exist_ok=True)
+        # the merge-on-write re-check at a commit is a Spark job; the writer (below Spark) is handed it
+        writer.resolver = lambda handle, mine, theirs, directory, later: resolve(
+            spark, handle, mine, theirs, directory, mine_is_later=later
+        )
 
     def prepare(self, request: LoadRequest) -> PreparedLoad:
         """Plan the load against the table and claim its label.
@@ -191,8 +196,10 @@ class LoadService:
                     spark = self.session_for(req)
                     frame: DataFrame = source(spark)
                     # a partial update reads the rows it updates; it runs in its commit turn, so
-                    # nothing commits between this read and its own commit
-                    stored = merged_rows(spark, rowset.handle, show_hidden=True) if plan.reads_stored else None
+                    # nothing commits between this read and its own commit (a positional table's load reads
+                    # its lookup rows in `run_rowset`)
+                    reads = plan.reads_stored and not plan.table.positional
+                    stored = merged_rows(spark, rowset.handle, show_hidden=True) if reads else None
                     outcome = run_rowset(spark, frame, plan, rowset, load_bytes=load_bytes, stored=stored)
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
@@ -343,8 +350,18 @@ def run_rowset(
     """
     schema = rowset.handle.iceberg.schema()
     field_ids = {c.name: schema.find_field(c.name).field_id for c in plan.table.all_columns()}
+    lookup = False
+    if plan.table.positional:
+        # merge-on-write: compare with the stored rows now (a two-phase load only fills from them: what it
+        # supersedes is decided at its commit, against the table as it is then)
+        files = rowset.handle.data_files()
+        rowset.seen = None if rowset.precommit else frozenset(files)
+        rowset.seen_metadata = rowset.handle.iceberg.metadata_location
+        lookup = bool(files) and not rowset.precommit
+        if lookup or plan.reads_stored:
+            stored = lookup_rows(spark, rowset.handle, files)
     with spark_errors():
-        return run_load_job(
+        outcome = run_load_job(
             spark,
             frame,
             plan,
@@ -353,8 +370,11 @@ def run_rowset(
             field_ids=field_ids,
             buckets=write_partitions(plan.table.buckets, load_bytes),
             stored=stored,
+            lookup=lookup,
             extra_metrics=extra_metrics,
         )
+    rowset.deletes = list(outcome.deletes)
+    return outcome
 
 
 def _base(prepared: PreparedLoad, load_bytes: int, receive_ms: int) -> dict[str, Any]:

@@ -12,11 +12,16 @@ is known to be small.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from tables.model import VERSION_COL
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FIELD_ID = b"PARQUET:field_id"
 _MARK = "_sl_small_source"
@@ -32,15 +37,25 @@ def is_small(source: DataFrame) -> bool:
     return bool(getattr(source, _MARK, False))
 
 
-def write_collected(out: DataFrame, directory: Path, *, version: int) -> list[str]:
+def write_collected(
+    out: DataFrame, directory: Path, *, version: int, decision: Sequence[str] = ()
+) -> tuple[list[str], pa.Table | None]:
     """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
     the version column (the job leaves it 0, so its generated code does not change from load to load);
-    returns the file."""
+    returns the file, and the position delete rows when `out` carries a merge-on-write `decision` (the
+    columns: the row wins, the stored file and row it beats): only winning rows are written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     spark_fields = {f.name: f for f in out.schema.fields}
     rows = out.toArrow()
+    positions: pa.Table | None = None
+    if decision:
+        wins, stored_file, stored_pos = decision
+        rows = rows.filter(rows.column(wins))
+        beaten = rows.filter(pa.compute.is_valid(rows.column(stored_file)))
+        positions = pa.table({"file_path": beaten.column(stored_file), "pos": beaten.column(stored_pos)})
+        rows = rows.drop_columns(list(decision))
     if VERSION_COL in rows.column_names:
         at = rows.column_names.index(VERSION_COL)
         rows = rows.set_column(at, VERSION_COL, pa.array([version] * rows.num_rows, pa.int64()))
@@ -59,4 +74,4 @@ def write_collected(out: DataFrame, directory: Path, *, version: int) -> list[st
     path = directory / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
     pq.write_table(rows.cast(schema), str(path), compression="snappy", store_decimal_as_integer=True)
-    return [str(path)]
+    return [str(path)], positions

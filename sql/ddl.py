@@ -12,7 +12,7 @@ from sqlglot import TokenType
 
 from sql.tokens import Cursor
 from tables.errors import SqlError
-from tables.model import HIDDEN_PREFIX, ColumnDef, KeysType, TableDef
+from tables.model import HIDDEN_PREFIX, STORAGE_FORMAT, ColumnDef, KeysType, TableDef
 from tables.names import InvalidName, check_column_name
 from tables.types import DorisType, UnsupportedType
 
@@ -372,6 +372,7 @@ def build_table_def(
         sequence_mapping=mapping,
         comment=comment,
         properties=props,
+        storage_format=STORAGE_FORMAT,
     )
 
 

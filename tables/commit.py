@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -40,9 +39,18 @@ from tables.errors import (
     TxnAborted,
     TxnStateError,
 )
-from tables.model import DEFINITION_PROPERTY, TableDef
+from tables.model import DEFINITION_PROPERTY, DELETE_SIGN, TableDef
 from tables.paths import remove_tree
 from tables.pause import PausePoints
+from tables.row_delta import (
+    DELETE_FILE_PREFIX,
+    RowDelta,
+    delete_file_entry,
+    live_delete_files,
+    referenced_data_paths,
+    tombstone_positions,
+    write_position_deletes,
+)
 from tables.rowset import restamp_version
 from tables.rowsets import RowsetsChanged, live_data_files, plain_path
 from tables.schema_change import SchemaOp, apply_ops
@@ -66,6 +74,16 @@ class PendingRowset:
     files: list[str] = field(default_factory=list)
     group: tuple[int, ...] = ()
     table_uuid: str = ""  # the table the rowset must land in
+    # position delete files of a positional table's load: the stored rows its rows supersede
+    deletes: list[str] = field(default_factory=list)
+    # the data files its lookup compared against (None: no lookup, compare with the whole table at the commit)
+    seen: frozenset[str] | None = None
+    seen_metadata: str | None = None  # the table metadata the lookup read
+
+    @property
+    def precommit(self) -> bool:
+        """A two-phase load's rowset: its version (and what it supersedes) is decided at its commit."""
+        return self.version == PRECOMMIT_VERSION
 
 
 @dataclass
@@ -79,6 +97,13 @@ class PendingRewrite:
     replaced: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     output_rows: int = 0
+    seen: frozenset[str] = frozenset()  # the data files when the rewrite read its input
+    definition: TableDef | None = None  # a new definition committed with the rewrite (a storage conversion)
+
+
+# The commit-time re-check of a positional table (`spark_runner.mow.resolve`, given by the load service):
+# (table, my data files, data files committed meanwhile, directory, my rows are the later ones) → delete files
+Resolver = Callable[[TableHandle, list[str], list[str], Path, bool], list[str]]
 
 
 class _Turnstile:
@@ -143,6 +168,7 @@ class TableWriter:
         self._guard = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
         self._writing: dict[int, tuple[_Turnstile, int, Path]] = {}  # txn id → its version, while `write` runs
+        self.resolver: Resolver | None = None
 
     def _turnstile(self, handle: TableHandle) -> _Turnstile:
         # keyed by the Iceberg table uuid: a dropped and re-created table starts its own count
@@ -217,6 +243,8 @@ class TableWriter:
                         # lower versions, housekeeping or a schema change committed meanwhile
                         refresh_same_table(handle, pending.table_uuid)
                         check_schema(handle, planned)
+                    if handle.definition.positional:
+                        pending.deletes += self._recheck(handle, pending.files, pending.seen, pending.directory)
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
@@ -297,6 +325,23 @@ class TableWriter:
         """An aborted load that is owed (an acknowledged async group-commit load replayed) runs again."""
         return self._txns.transition(txn_id, (ABORTED,), PREPARE)
 
+    def _recheck(
+        self, handle: TableHandle, files: list[str], seen: frozenset[str] | None, directory: Path, *, later: bool = True
+    ) -> list[str]:
+        """In the commit turn of a positional table: compare the rows of `files` with those of the data files
+        committed since the lookup saw `seen` (every data file without a lookup), and position-delete the loser
+        of each key; returns the delete files. Nothing to do (no Spark job) when nothing committed meanwhile."""
+        theirs = [plain_path(f.file_path) for f in live_data_files(handle.iceberg)]
+        if seen is not None:
+            theirs = [path for path in theirs if path not in seen]
+        mine = set(files)
+        theirs = [path for path in theirs if path not in mine]
+        if not files or not theirs:
+            return []
+        if self.resolver is None:
+            raise DorisError(f"table {handle.definition.name} needs the merge-on-write re-check, which has no engine")
+        return self.resolver(handle, files, theirs, directory, later)
+
     def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
         """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,
         expire down to that many. Commit time grows with the snapshots a table keeps (pyiceberg copies and
@@ -348,12 +393,16 @@ class TableWriter:
                 if not self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), COMMITTED):
                     current = self._txns.get(txn.txn_id)
                     raise TxnStateError(current.state if current else UNKNOWN, current.reason if current else None)
-                files = sorted(str(p) for p in directory.glob("*.parquet")) if directory.is_dir() else []
+                files = rowset_files(directory)
                 if files:
                     if not _committed(handle, txn.txn_id):
                         restamp_version(files, version)
                         _fsync_files(files, directory)
                         pending = PendingRowset(handle, txn.txn_id, txn.label, version, directory, files)
+                        if handle.definition.positional:  # a crash may have left an earlier attempt's deletes
+                            for old in directory.glob(f"{DELETE_FILE_PREFIX}*.parquet"):
+                                old.unlink()
+                            pending.deletes = self._recheck(handle, files, None, directory)
                         _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                 self._txns.set_state(txn.txn_id, VISIBLE)
@@ -537,7 +586,11 @@ class TableWriter:
         handle = self._catalog.load(db, table)
         txn_id = self._txns.begin(db, handle.definition.name, label, table_uuid=table_identity(handle))
         pending = PendingRewrite(
-            handle=handle, txn_id=txn_id, label=label, directory=handle.location / "data" / f"txn_{txn_id}"
+            handle=handle,
+            txn_id=txn_id,
+            label=label,
+            directory=handle.location / "data" / f"txn_{txn_id}",
+            seen=frozenset(plain_path(f.file_path) for f in live_data_files(handle.iceberg)),
         )
         try:
             yield pending
@@ -547,7 +600,11 @@ class TableWriter:
             with turnstile.commit_lock:
                 refresh_same_table(handle, table_identity(handle))
                 check_schema(handle, planned)
-                replace_files(handle, pending)
+                deletes: list[str] = []
+                if handle.definition.positional or (pending.definition is not None and pending.definition.positional):
+                    # loads that committed while the rewrite ran superseded rows it copied
+                    deletes = self._recheck(handle, pending.files, pending.seen, pending.directory, later=False)
+                replace_files(handle, pending, deletes)
                 turnstile.last_metadata = handle.iceberg.metadata_location
             self._txns.set_state(txn_id, VISIBLE)
         except BaseException:
@@ -563,10 +620,12 @@ class TableWriter:
         try:
             with turnstile.turn(version):
                 handle.iceberg.refresh()
-                if handle.iceberg.current_snapshot() is not None:
-                    handle.iceberg.delete(
-                        delete_filter=AlwaysTrue(), snapshot_properties={VERSION_PROPERTY: str(version)}
-                    )
+                live = [f.file_path for f in live_data_files(handle.iceberg)]
+                live += [f.file_path for f in live_delete_files(handle.iceberg)]
+                if live:
+                    with _CachedMetadataTransaction(handle.iceberg) as tx:
+                        with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
+                            delta.remove(live)
         finally:
             turnstile.done(version)
 
@@ -622,14 +681,28 @@ def check_schema(handle: TableHandle, planned: TableDef | None) -> None:
 
 
 def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
-    """Add the rowset's files in one snapshot; a concurrent housekeeping commit means refresh and retry."""
+    """Add the rowset's files in one snapshot; a concurrent housekeeping commit means refresh and retry.
+
+    A positional table's rowset also adds its position delete files, and hides its own delete-signed rows."""
     summary = {"doris.label": pending.label, "doris.txn_id": str(pending.txn_id), VERSION_PROPERTY: str(version)}
     if pending.group:
         summary[GROUP_PROPERTY] = ",".join(str(t) for t in (pending.txn_id, *pending.group))
+    deletes = list(pending.deletes)
+    if handle.definition.positional:
+        hidden = write_position_deletes(pending.directory, tombstone_positions(pending.files, DELETE_SIGN))
+        deletes += [hidden] if hidden else []
+        _fsync_files(deletes, pending.directory)
     for attempt in range(3):
         try:
             with _CachedMetadataTransaction(handle.iceberg) as tx:
-                tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
+                if not deletes:
+                    tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
+                else:
+                    with RowDelta(tx, summary) as delta:
+                        for path in pending.files:
+                            delta.add(parquet_file_to_data_file(tx._table.io, tx.table_metadata, path))
+                        for path in deletes:
+                            delta.add(delete_file_entry(path))
             return
         except CommitFailedException:
             if attempt == 2:
@@ -638,8 +711,18 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
             refresh_same_table(handle, pending.table_uuid or table_identity(handle))
 
 
-def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:
+def rowset_files(directory: Path) -> list[str]:
+    """The data files a load wrote into its directory (not its position delete files)."""
+    if not directory.is_dir():
+        return []
+    return sorted(str(p) for p in directory.glob("*.parquet") if not p.name.startswith(DELETE_FILE_PREFIX))
+
+
+def replace_files(handle: TableHandle, pending: PendingRewrite, deletes: list[str] | None = None) -> None:
     """One overwrite snapshot: the replaced files out, the new (non-empty) files in, the version kept.
+
+    On a positional table the position delete files that name only replaced files go too (the rewrite
+    applied them), its own delete-signed rows are hidden, and `deletes` (the re-check's) are added.
 
     Raises:
         RowsetsChanged: a replaced file is no longer in the current snapshot.
@@ -653,19 +736,35 @@ def replace_files(handle: TableHandle, pending: PendingRewrite) -> None:
     for data_file in new:
         if data_file.record_count == 0:
             Path(data_file.file_path).unlink(missing_ok=True)
+    kept = [f for f in new if f.record_count > 0]
     pending.output_rows = sum(f.record_count for f in new)
+    definition = pending.definition or handle.definition
+    added_deletes = list(deletes or [])
+    applied: list[str] = []
+    if definition.positional:
+        hidden = write_position_deletes(
+            pending.directory, tombstone_positions([plain_path(f.file_path) for f in kept], DELETE_SIGN)
+        )
+        added_deletes += [hidden] if hidden else []
+        _fsync_files(added_deletes, pending.directory)
+        applied = [
+            f.file_path for f in live_delete_files(table) if referenced_data_paths(plain_path(f.file_path)) <= wanted
+        ]
     summary = {
         "doris.compaction": pending.label,
         "doris.txn_id": str(pending.txn_id),
         VERSION_PROPERTY: str(handle.current_version()),
     }
     with table.transaction() as tx:
-        with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
-            for data_file in old:
-                overwrite.delete_data_file(data_file)
-            for data_file in new:
-                if data_file.record_count > 0:
-                    overwrite.append_data_file(data_file)
+        if old or kept or added_deletes or applied:
+            with RowDelta(tx, summary) as delta:
+                delta.remove([f.file_path for f in old] + applied)
+                for data_file in kept:
+                    delta.add(data_file)
+                for path in added_deletes:
+                    delta.add(delete_file_entry(path))
+        if pending.definition is not None:
+            tx.set_properties({DEFINITION_PROPERTY: pending.definition.to_json()})
 
 
 class _CachedMetadataTransaction(Transaction):

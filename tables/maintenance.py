@@ -78,10 +78,10 @@ def expire_snapshots(
 
 
 def referenced_files(handle: TableHandle) -> set[str]:
-    """Every data file some snapshot still references."""
+    """Every data or position delete file some snapshot still references."""
     if handle.iceberg.current_snapshot() is None:
         return set()
-    table = handle.iceberg.inspect.all_data_files()
+    table = handle.iceberg.inspect.all_files()
     return {_plain_path(p) for p in table.column("file_path").to_pylist()}
 
 

@@ -16,6 +16,8 @@ DELETE_SIGN = "__DORIS_DELETE_SIGN__"
 VERSION_COL = "__DORIS_VERSION_COL__"
 SEQUENCE_COL = "__DORIS_SEQUENCE_COL__"
 HIDDEN_PREFIX = "__DORIS_"
+# the storage format new tables get (`TableDef.storage_format`); older merge-on-write tables are converted at start
+STORAGE_FORMAT = 2
 
 DEFINITION_PROPERTY = "doris.definition"
 
@@ -100,6 +102,9 @@ class TableDef(BaseModel):
     meta_version: int = 0
     alter_jobs: tuple[AlterJob, ...] = ()
     delete_predicates: tuple[DeletePredicate, ...] = ()
+    # how the table's files hold its rows: 1 (every release before issue 18) appends rowsets that reads merge;
+    # 2 keeps merge-on-write unique tables merged in Iceberg's own terms (`positional`); see `STORAGE_FORMAT`
+    storage_format: int = 1
 
     # -- columns -------------------------------------------------------------------------
     def column(self, name: str) -> ColumnDef | None:
@@ -174,6 +179,17 @@ class TableDef(BaseModel):
     @property
     def is_duplicate(self) -> bool:
         return self.keys_type is KeysType.DUPLICATE
+
+    @property
+    def positional(self) -> bool:
+        """Merge-on-write in Iceberg's terms: one live row per key, superseded rows (and delete-signed ones)
+        named by position delete files, so reads merge nothing and any Iceberg reader sees the answer."""
+        return (
+            self.is_unique
+            and self.merge_on_write
+            and not self.sequence_mapping
+            and self.storage_format >= STORAGE_FORMAT
+        )
 
     def sequence_group(self, column: str) -> str | None:
         """The mapped sequence column ordering `column` (itself for a sequence column), if any."""

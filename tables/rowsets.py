@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import ValidationError
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
 
@@ -126,7 +126,7 @@ def table_rowsets(table: Table) -> list[Rowset]:
         if "doris.version" in props and "doris.label" in props:
             versions_of_snapshots[snap.snapshot_id] = int(props["doris.version"])
     groups: dict[tuple[int, int], list[DataFile]] = {}
-    for manifest in snapshot.manifests(table.io):
+    for manifest in data_manifests(table):
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             fallback = versions_of_snapshots.get(entry.snapshot_id) if entry.snapshot_id is not None else None
             groups.setdefault(file_versions(entry.data_file, version_field, fallback), []).append(entry.data_file)
@@ -143,9 +143,17 @@ def live_data_files(table: Table) -> list[DataFile]:
         return []
     return [
         entry.data_file
-        for manifest in snapshot.manifests(table.io)
+        for manifest in data_manifests(table)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     ]
+
+
+def data_manifests(table: Table) -> list[ManifestFile]:
+    """The manifests of the current snapshot that list data files (not position delete files)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA]
 
 
 def sign_field_id(table: Table) -> int | None:

@@ -47,9 +47,10 @@ def test_small_rowset_matches_sparks_file(
     written: dict[Path, list[str]] = {}
     real = small_rowset.write_collected
 
-    def spy(out: Any, directory: Any, *, version: int) -> list[str]:
-        written[directory.parent.parent] = files = real(out, directory, version=version)
-        return files
+    def spy(out: Any, directory: Any, *, version: int, decision: Any = ()) -> Any:
+        files, positions = real(out, directory, version=version, decision=decision)
+        written[directory.parent.parent] = files
+        return files, positions
 
     monkeypatch.setattr(small_rowset, "write_collected", spy)
     is_small = small_rowset.is_small

@@ -1,0 +1,123 @@
+"""Merge-on-write in Iceberg's terms: a load finds the stored rows of its keys and supersedes them by position.
+
+    lookup      the stored rows a load compares against (`queries.lookup_rows`): live rows and tombstones, with
+                their data file and row number; only the winner per key of those matching the load's keys counts
+    decide      per incoming row (one per key after the load's own merge): it wins unless the stored winner has
+                a larger sequence (NULL lowest; a tie goes to the load, the later version: Doris's rule). A
+                winner is written and the stored row it beats is named in a position delete file; a loser is
+                not written at all
+    re-check    at the commit, rows that other commits added since the lookup (loads, a compaction's output) are
+                compared with the load's written rows the same way (`supersede`): the loser of each pair, on
+                either side, is position-deleted. Two-phase loads, written before their commit order is known,
+                are checked against the whole table at their commit.
+
+The comparison is `merge.sequence_order`, the one ordering of the sequenced merge; the version breaks ties
+(incoming rows are always the later version).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_runner.merge import latest_per_key, sequence_order
+from spark_runner.queries import FILE, ROW, lookup_rows, read_rowsets
+from spark_runner.sqltext import q
+from tables.catalog import TableHandle
+from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
+from tables.row_delta import DELETE_FILE_PREFIX
+
+WINS = "__wins"  # an incoming row beats the stored winner of its key (or there is none)
+STORED_FILE = "__sfile"
+STORED_POS = "__spos"
+_FIELD_IDS = {"file_path": 2147483546, "pos": 2147483545}
+
+
+def stored_winners(stored: DataFrame, incoming: DataFrame, table: TableDef) -> DataFrame:
+    """The stored winner of each key the load writes: the lookup rows of those keys merged by sequence and
+    version (a key may have superseded tombstones beside its winner)."""
+    keys = list(table.key_columns)
+    on = " AND ".join(f"s.{q(k)} <=> i.{q(k)}" for k in keys)
+    wanted = incoming.selectExpr(*[q(k) for k in keys]).alias("i")
+    matched = stored.alias("s").join(wanted, on=F.expr(on), how="left_semi")
+    seq = q(SEQUENCE_COL) if table.has_sequence else None
+    return latest_per_key(matched, keys, sequence_order(seq, q(VERSION_COL)))
+
+
+def beats(table: TableDef, mine: str, theirs: str) -> str:
+    """SQL: the row with sequence `mine` (the later version) beats one with sequence `theirs`: NULL lowest, a tie
+    to the later row. Without a sequence column the later row always wins."""
+    if not table.has_sequence:
+        return "true"
+    return f"NOT ({theirs} IS NOT NULL AND ({mine} IS NULL OR {mine} < {theirs}))"
+
+
+def supersede_positions(
+    spark: SparkSession, handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool = True
+) -> DataFrame:
+    """The re-check: rows of the data files `mine` against the lookup rows of the data files `theirs`, key by
+    key; returns the positions (`file_path`, `pos`) of each pair's loser (either side). `mine_is_later` says
+    whose rows carry the later versions (a load against what committed before it; a compaction's output is
+    the earlier side against the loads that committed while it ran)."""
+    table = handle.definition
+    keys = list(table.key_columns)
+    columns = [*keys, VERSION_COL, *([SEQUENCE_COL] if table.has_sequence else []), FILE, ROW]
+    a = read_rowsets(spark, handle, mine, positions=True).selectExpr(*[q(c) for c in columns]).alias("a")
+    b = lookup_rows(spark, handle, theirs).selectExpr(*[q(c) for c in columns]).alias("b")
+    on = " AND ".join(f"a.{q(k)} <=> b.{q(k)}" for k in keys)
+    pairs = a.join(b, on=F.expr(on))
+    seq_a = f"a.{q(SEQUENCE_COL)}" if table.has_sequence else "NULL"
+    seq_b = f"b.{q(SEQUENCE_COL)}" if table.has_sequence else "NULL"
+    a_wins = beats(table, seq_a, seq_b) if mine_is_later else f"NOT ({beats(table, seq_b, seq_a)})"
+    loser_file = f"IF({a_wins}, b.{FILE}, a.{FILE})"
+    loser_pos = f"IF({a_wins}, b.{ROW}, a.{ROW})"
+    return pairs.selectExpr(f"{loser_file} AS file_path", f"{loser_pos} AS pos")
+
+
+def write_deletes(positions: DataFrame, directory: Path) -> list[str]:
+    """Write position delete rows (`file_path`, `pos`) computed by Spark as one sorted Parquet file per write
+    partition, named `delete-*.parquet` in `directory` (the load's own directory); returns the files."""
+    out = positions.select(
+        *[F.col(name).alias(name, metadata={"parquet.field.id": fid}) for name, fid in _FIELD_IDS.items()]
+    )
+    scratch = directory / f"_deletes-{uuid.uuid4().hex}"
+    out.coalesce(1).sortWithinPartitions("file_path", "pos").write.mode("errorifexists").parquet(str(scratch))
+    files: list[str] = []
+    for part in sorted(scratch.glob("*.parquet")):
+        target = directory / f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet"
+        part.rename(target)
+        files.append(str(target))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return files
+
+
+def resolve(
+    spark: SparkSession,
+    handle: TableHandle,
+    mine: list[str],
+    theirs: list[str],
+    directory: Path,
+    *,
+    mine_is_later: bool = True,
+) -> list[str]:
+    """The commit-time re-check (see the module docstring), written as position delete files in `directory`."""
+    if not mine or not theirs:
+        return []
+    positions = supersede_positions(spark, handle, mine, theirs, mine_is_later=mine_is_later)
+    return write_deletes(positions, directory)
+
+
+def stored_columns(table: TableDef) -> list[str]:
+    """The stored columns a merge-on-write decision needs."""
+    return [
+        *table.key_columns,
+        *([SEQUENCE_COL] if table.has_sequence else []),
+        VERSION_COL,
+        *([DELETE_SIGN] if table.delete_sign else []),
+        FILE,
+        ROW,
+    ]

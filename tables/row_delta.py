@@ -1,0 +1,275 @@
+"""Iceberg position deletes: the files, their manifest entries, and one snapshot that adds and removes both kinds.
+
+A merge-on-write table (`TableDef.positional`) keeps one live row per key in Iceberg's own terms: a load adds its
+rows and a position delete file naming the stored rows it supersedes, so any Iceberg v2 reader sees exactly the
+live rows. pyiceberg 0.12 reads position deletes but has no public API to write them; `RowDelta` is a snapshot
+producer built from its lower-level writers (`write_manifest`, `ManifestEntry`), writing a DATA manifest for the
+added data files and a DELETES manifest for the added delete files, and rewriting the manifests that lose files.
+
+A position delete file is Parquet with `file_path` (field id 2147483546) and `pos` (2147483545), sorted by both
+(the Iceberg spec). Its `file_path` is the data file's path exactly as the manifest records it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.conversions import to_bytes
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
+)
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, StringType
+
+FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
+_FIELD_ID = b"PARQUET:field_id"
+
+DELETE_FILE_PREFIX = "delete-"  # a load's position delete files, beside its data files
+
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={_FIELD_ID: str(FILE_PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={_FIELD_ID: str(POS_ID).encode()}),
+    ]
+)
+
+
+def write_position_deletes(directory: Path, positions: pa.Table) -> str | None:
+    """Write `positions` (columns `file_path`, `pos`) as one sorted position delete file in `directory`;
+    returns its path, or None when there is nothing to delete."""
+    if positions.num_rows == 0:
+        return None
+    rows = positions.select(["file_path", "pos"]).cast(POSITION_DELETE_SCHEMA)
+    rows = rows.sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet"
+    pq.write_table(rows, str(path), compression="zstd")
+    return str(path)
+
+
+def tombstone_positions(files: Sequence[str], sign_column: str) -> pa.Table:
+    """The delete-signed rows of these data files, as position delete rows: a tombstone stays in the data files
+    (a deleted key keeps its sequence for later loads to compare with) but no reader may see it as a row."""
+    parts: list[pa.Table] = []
+    for path in files:
+        meta = pq.read_metadata(path)
+        index = meta.schema.to_arrow_schema().get_field_index(sign_column)
+        if index < 0 or not _may_hold_ones(meta, index):
+            continue
+        signs = pq.read_table(path, columns=[sign_column]).column(0)
+        hits = pa.compute.indices_nonzero(pa.compute.equal(signs, 1).fill_null(False))
+        if len(hits):
+            parts.append(positions_table(path, hits.cast(pa.int64()).to_pylist()))
+    return pa.concat_tables(parts) if parts else positions_table("", [])
+
+
+def _may_hold_ones(meta: pq.FileMetaData, column: int) -> bool:
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max or stats.max > 0:
+            return True
+    return False
+
+
+def positions_table(file_path: str, positions: Sequence[int]) -> pa.Table:
+    """Positions of one data file as the rows of a position delete file."""
+    return pa.table(
+        {"file_path": pa.array([file_path] * len(positions), pa.string()), "pos": pa.array(positions, pa.int64())}
+    )
+
+
+def delete_file_entry(path: str, *, spec_id: int = 0) -> DataFile:
+    """The manifest entry of a position delete file: its row count, size and (from the Parquet statistics) the
+    bounds of the paths and positions it names, which readers prune with."""
+    meta = pq.read_metadata(path)
+    lower: dict[int, bytes] = {}
+    upper: dict[int, bytes] = {}
+    for index, (field_id, kind) in enumerate(((FILE_PATH_ID, StringType()), (POS_ID, LongType()))):
+        stats = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
+        if stats and all(s is not None and s.has_min_max for s in stats):
+            lower[field_id] = to_bytes(kind, min(s.min for s in stats))  # type: ignore[union-attr]
+            upper[field_id] = to_bytes(kind, max(s.max for s in stats))  # type: ignore[union-attr]
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=meta.num_rows,
+        file_size_in_bytes=os.path.getsize(path),
+        column_sizes={},
+        value_counts={FILE_PATH_ID: meta.num_rows, POS_ID: meta.num_rows},
+        null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
+        nan_value_counts={},
+        lower_bounds=lower,
+        upper_bounds=upper,
+        split_offsets=None,
+        equality_ids=None,
+        sort_order_id=None,
+        spec_id=spec_id,
+        key_metadata=None,
+    )
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer, for delete files."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class RowDelta(_SnapshotProducer["RowDelta"]):
+    """One snapshot adding data files and position delete files and removing files of either kind.
+
+    The caller serializes commits to the table (the writer's commit turn), so no concurrency validation runs
+    here; a concurrent catalog commit fails it with `CommitFailedException` and the caller retries.
+    """
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
+        parent = transaction.table_metadata.current_snapshot()
+        super().__init__(
+            operation=Operation.APPEND if parent is None else Operation.OVERWRITE,
+            transaction=transaction,
+            io=transaction._table.io,
+            snapshot_properties=snapshot_properties,
+        )
+        self._added_deletes: list[DataFile] = []
+        self._removed_paths: set[str] = set()
+
+    def add(self, data_file: DataFile) -> RowDelta:
+        if data_file.content == DataFileContent.DATA:
+            self._added_data_files.append(data_file)
+        else:
+            self._added_deletes.append(data_file)
+        return self
+
+    def remove(self, paths: Iterable[str]) -> RowDelta:
+        self._removed_paths.update(paths)
+        return self
+
+    def only_appends(self) -> bool:
+        return not self._added_deletes and not self._removed_paths
+
+    def _validate_concurrency(self) -> None:
+        """The writer's commit turn orders commits; nothing to validate against."""
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []  # `_existing` writes the removed entries into the manifests it rewrites
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return []  # `_manifests` writes every manifest itself
+
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> object:  # noqa: B006 (pyiceberg's signature)
+        # the summary counts added and removed files of both kinds (pyiceberg's collector knows delete files)
+        added, self._added_data_files = self._added_data_files, [*self._added_data_files, *self._added_deletes]
+        try:
+            return super()._summary(snapshot_properties)
+        finally:
+            self._added_data_files = added
+
+    def _writer(self, content: ManifestContent) -> ManifestWriter:
+        if content == ManifestContent.DATA:
+            return self.new_manifest_writer(self.spec(0))
+        metadata = self._transaction.table_metadata
+        return _DeleteManifestWriter(
+            metadata.spec(), metadata.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
+        )
+
+    def _manifests(self) -> list[ManifestFile]:
+        out: list[ManifestFile] = []
+        for content, files in (
+            (ManifestContent.DATA, self._added_data_files),
+            (ManifestContent.DELETES, self._added_deletes),
+        ):
+            if not files:
+                continue
+            with self._writer(content) as writer:
+                for data_file in files:
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self._snapshot_id,
+                            sequence_number=None,
+                            file_sequence_number=None,
+                            data_file=data_file,
+                        )
+                    )
+            out.append(writer.to_manifest_file())
+        out.extend(self._existing())
+        return out
+
+    def _existing(self) -> list[ManifestFile]:
+        """The parent's manifests: kept as they are, or rewritten without the removed files."""
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
+        if parent is None:
+            return []
+        out: list[ManifestFile] = []
+        removed = self._removed_paths
+        for manifest in parent.manifests(self._io):
+            if not removed:
+                if manifest.has_added_files() or manifest.has_existing_files():
+                    out.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            gone = [e for e in entries if e.data_file.file_path in removed]
+            if not gone:
+                if entries:
+                    out.append(manifest)
+                continue
+            self._deleted_data_files.update(e.data_file for e in gone)
+            with self._writer(manifest.content) as writer:
+                for entry in entries:
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.DELETED
+                            if entry.data_file.file_path in removed
+                            else ManifestEntryStatus.EXISTING,
+                            snapshot_id=self._snapshot_id
+                            if entry.data_file.file_path in removed
+                            else entry.snapshot_id,
+                            sequence_number=entry.sequence_number,
+                            file_sequence_number=entry.file_sequence_number,
+                            data_file=entry.data_file,
+                        )
+                    )
+            out.append(writer.to_manifest_file())
+        return out
+
+
+def live_delete_files(table: Table) -> list[DataFile]:
+    """Every position delete file of the table's current snapshot."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        if manifest.content == ManifestContent.DELETES
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    ]
+
+
+def referenced_data_paths(delete_file: str) -> set[str]:
+    """The data files a position delete file names."""
+    column = pq.read_table(delete_file, columns=["file_path"]).column("file_path")
+    return set(pa.compute.unique(column).to_pylist())
