@@ -21,15 +21,17 @@ import shutil
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_runner.merge import latest_per_key, sequence_order
-from spark_runner.queries import FILE, ROW, lookup_rows, read_rowsets
+from spark_runner.queries import FILE, ROW, read_rowsets
 from spark_runner.sqltext import q
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
-from tables.row_delta import DELETE_FILE_PREFIX
+from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
 
 WINS = "__wins"  # an incoming row beats the stored winner of its key (or there is none)
 STORED_FILE = "__sfile"
@@ -59,23 +61,65 @@ def beats(table: TableDef, mine: str, theirs: str) -> str:
 def supersede_positions(
     spark: SparkSession, handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool = True
 ) -> DataFrame:
-    """The re-check: rows of the data files `mine` against the lookup rows of the data files `theirs`, key by
-    key; returns the positions (`file_path`, `pos`) of each pair's loser (either side). `mine_is_later` says
-    whose rows carry the later versions (a load against what committed before it; a compaction's output is
-    the earlier side against the loads that committed while it ran)."""
+    """The re-check: rows of the data files `mine` against the rows of the data files `theirs`, key by key;
+    returns the positions (`file_path`, `pos`) of each pair's loser (either side). `mine_is_later` says whose
+    rows carry the later versions (a load against what committed before it; a compaction's output is the
+    earlier side against the loads that committed while it ran).
+
+    Rows are compared as stored, position deletes aside: every row a commit adds beats the winner of its key
+    at that commit, so the rows of a key, in commit order, only grow in (sequence, version); a row deleted
+    meanwhile loses to a later one, and deleting the loser of every pair leaves exactly the largest row."""
     table = handle.definition
-    keys = list(table.key_columns)
-    columns = [*keys, VERSION_COL, *([SEQUENCE_COL] if table.has_sequence else []), FILE, ROW]
+    columns = _compared(table)
     a = read_rowsets(spark, handle, mine, positions=True).selectExpr(*[q(c) for c in columns]).alias("a")
-    b = lookup_rows(spark, handle, theirs).selectExpr(*[q(c) for c in columns]).alias("b")
-    on = " AND ".join(f"a.{q(k)} <=> b.{q(k)}" for k in keys)
+    b = read_rowsets(spark, handle, theirs, positions=True).selectExpr(*[q(c) for c in columns]).alias("b")
+    on = " AND ".join(f"a.{q(k)} <=> b.{q(k)}" for k in table.key_columns)
     pairs = a.join(b, on=F.expr(on))
     seq_a = f"a.{q(SEQUENCE_COL)}" if table.has_sequence else "NULL"
     seq_b = f"b.{q(SEQUENCE_COL)}" if table.has_sequence else "NULL"
     a_wins = beats(table, seq_a, seq_b) if mine_is_later else f"NOT ({beats(table, seq_b, seq_a)})"
-    loser_file = f"IF({a_wins}, b.{FILE}, a.{FILE})"
-    loser_pos = f"IF({a_wins}, b.{ROW}, a.{ROW})"
-    return pairs.selectExpr(f"{loser_file} AS file_path", f"{loser_pos} AS pos")
+    return pairs.selectExpr(f"IF({a_wins}, b.{FILE}, a.{FILE}) AS file_path", f"IF({a_wins}, b.{ROW}, a.{ROW}) AS pos")
+
+
+def _compared(table: TableDef) -> list[str]:
+    return [*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else []), FILE, ROW]
+
+
+# below this many rows on both sides the re-check runs in the server's process: a Spark job in the commit
+# turn of a one-row load costs more than the load (concurrent small loads of one table re-check each other)
+DRIVER_RECHECK_ROWS = 100_000
+
+
+def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool) -> pa.Table:
+    """`supersede_positions` for a few rows, with pyarrow and a dict: the same rule (`beats`) in Python."""
+    table = handle.definition
+    wanted = [handle.field_id(c) for c in (*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else []))]
+    width = len(table.key_columns)
+
+    def rows(files: list[str]) -> list[tuple[tuple[object, ...], object, str, int]]:
+        out = []
+        for path in files:
+            # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
+            ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pq.read_schema(path) if f.metadata}
+            data = pq.read_table(path, columns=[ids[i] for i in wanted]).to_pylist()
+            for pos, row in enumerate(data):
+                values = tuple(row[ids[i]] for i in wanted)
+                out.append((values[:width], values[width] if len(values) > width else None, path, pos))
+        return out
+
+    by_key: dict[tuple[object, ...], list[tuple[object, str, int]]] = {}
+    for key, s, path, pos in rows(theirs):
+        by_key.setdefault(key, []).append((s, path, pos))
+    paths: list[str] = []
+    positions: list[int] = []
+    for key, s, path, pos in rows(mine):
+        for their_seq, their_path, their_pos in by_key.get(key, ()):
+            later, earlier = (s, their_seq) if mine_is_later else (their_seq, s)
+            later_wins = not table.has_sequence or not (earlier is not None and (later is None or later < earlier))
+            mine_wins = later_wins if mine_is_later else not later_wins
+            paths.append(their_path if mine_wins else path)
+            positions.append(their_pos if mine_wins else pos)
+    return pa.table({"file_path": pa.array(paths, pa.string()), "pos": pa.array(positions, pa.int64())})
 
 
 def write_deletes(positions: DataFrame, directory: Path) -> list[str]:
@@ -107,6 +151,11 @@ def resolve(
     """The commit-time re-check (see the module docstring), written as position delete files in `directory`."""
     if not mine or not theirs:
         return []
+    if sum(pq.read_metadata(p).num_rows for p in (*mine, *theirs)) <= DRIVER_RECHECK_ROWS:
+        written = write_position_deletes(
+            directory, supersede_in_driver(handle, mine, theirs, mine_is_later=mine_is_later)
+        )
+        return [written] if written else []
     positions = supersede_positions(spark, handle, mine, theirs, mine_is_later=mine_is_later)
     return write_deletes(positions, directory)
 

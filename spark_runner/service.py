@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import Column, DataFrame, SparkSession
 
+from spark_runner import small_rowset
 from spark_runner.arrow_csv import staging_path
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
@@ -29,7 +30,7 @@ from spark_runner.load_job import (
     rows_source,
     run_load_job,
 )
-from spark_runner.mow import resolve
+from spark_runner.mow import DRIVER_RECHECK_ROWS, resolve
 from spark_runner.planning import LoadPlan, plan_load
 from spark_runner.queries import lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
@@ -38,6 +39,7 @@ from tables.commit import PendingRowset, TableWriter
 from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
+from tables.rowsets import live_data_files, plain_path
 from tables.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -352,12 +354,14 @@ def run_rowset(
     field_ids = {c.name: schema.find_field(c.name).field_id for c in plan.table.all_columns()}
     lookup = False
     if plan.table.positional:
-        # merge-on-write: compare with the stored rows now (a two-phase load only fills from them: what it
-        # supersedes is decided at its commit, against the table as it is then)
-        files = rowset.handle.data_files()
-        rowset.seen = None if rowset.precommit else frozenset(files)
-        rowset.seen_metadata = rowset.handle.iceberg.metadata_location
-        lookup = bool(files) and not rowset.precommit
+        # merge-on-write: compare with the stored rows in the job. What a two-phase load supersedes is decided
+        # at its commit, against the table as it is then; so is a small load's into a small table, where the
+        # commit's re-check in the server's process costs less than the lookup's Spark stages.
+        stored_files = live_data_files(rowset.handle.iceberg)
+        files = [plain_path(f.file_path) for f in stored_files]
+        few = sum(f.record_count for f in stored_files) <= DRIVER_RECHECK_ROWS and small_rowset.is_small(frame)
+        lookup = bool(files) and not rowset.precommit and (plan.reads_stored or not few)
+        rowset.seen = frozenset(files) if lookup else None
         if lookup or plan.reads_stored:
             stored = lookup_rows(spark, rowset.handle, files)
     with spark_errors():

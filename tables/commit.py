@@ -78,7 +78,6 @@ class PendingRowset:
     deletes: list[str] = field(default_factory=list)
     # the data files its lookup compared against (None: no lookup, compare with the whole table at the commit)
     seen: frozenset[str] | None = None
-    seen_metadata: str | None = None  # the table metadata the lookup read
 
     @property
     def precommit(self) -> bool:
