@@ -101,9 +101,10 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
         for path in files:
             # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
             ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pq.read_schema(path) if f.metadata}
-            data = pq.read_table(path, columns=[ids[i] for i in wanted]).to_pylist()
+            # a file written before the sequence column was added (ENABLE FEATURE) has none: NULL
+            data = pq.read_table(path, columns=[ids[i] for i in wanted if i in ids]).to_pylist()
             for pos, row in enumerate(data):
-                values = tuple(row[ids[i]] for i in wanted)
+                values = tuple(row.get(ids.get(i, "")) for i in wanted)
                 out.append((values[:width], values[width] if len(values) > width else None, path, pos))
         return out
 
