@@ -279,7 +279,8 @@ class Compactor:
             pending.definition = new
             pending.replaced = [p for r in rowsets for p in r.paths]
             if rowsets:
-                df = merged_rowsets(self.spark, pending.handle, rowsets, base=True)
+                # delete markers stay (unlike a base compaction's): `show_hidden_columns` answers as before
+                df = merged_rowsets(self.spark, pending.handle, rowsets, base=False)
                 partitions = write_partitions(table.buckets, sum(r.data_size for r in rowsets))
                 with spark_errors():
                     pending.files = write_rowset(
