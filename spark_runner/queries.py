@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_runner.merge import merge_rows
-from spark_runner.sqltext import default_sql, q, storage_type_sql, value_type_sql
+from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
@@ -83,21 +84,50 @@ def row_positions() -> list[Column]:
     return [path.alias(FILE), F.col("_metadata.row_index").alias(ROW)]
 
 
-def deleted_positions(spark: SparkSession, handle: TableHandle) -> DataFrame | None:
-    """The rows the table's position delete files name (`FILE`, `ROW`, possibly repeated), or None."""
-    paths = [plain_path(f.file_path) for f in live_delete_files(handle.iceberg)]
-    if not paths:
+# up to this many deleted positions a read drops them with a filter (no join, no extra Spark job)
+INLINE_DELETES = 20_000
+INLINE_DELETED_FILES = 200  # ... in at most this many data files (one term of the predicate each)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """The rows a table's position delete files name: a SQL predicate over `FILE` and `ROW` when they are few,
+    else a DataFrame of `FILE`, `ROW` (possibly repeated) to join with."""
+
+    predicate: str | None = None
+    frame: DataFrame | None = None
+
+
+def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | None:
+    """What the table's position delete files name, or None when it has none."""
+    files = live_delete_files(handle.iceberg)
+    if not files:
         return None
+    paths = [plain_path(f.file_path) for f in files]
+    if sum(f.record_count for f in files) <= INLINE_DELETES:
+        by_file: dict[str, list[int]] = {}
+        for delete_file in paths:  # written by Spark or pyarrow: the same columns, not the same nullability
+            positions = pq.read_table(delete_file, columns=["file_path", "pos"])
+            for path, pos in zip(positions.column(0).to_pylist(), positions.column(1).to_pylist(), strict=True):
+                by_file.setdefault(path, []).append(pos)
+        if len(by_file) <= INLINE_DELETED_FILES:
+            terms = [
+                f"({FILE} = {lit(path)} AND {ROW} IN ({', '.join(str(p) for p in sorted(set(rows)))}))"
+                for path, rows in by_file.items()
+            ]
+            return Deleted(predicate=" OR ".join(terms))
     schema = T.StructType([T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())])
-    return spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}")
+    return Deleted(frame=spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}"))
 
 
 def live_rows(spark: SparkSession, handle: TableHandle) -> DataFrame:
     """The rows of a positional table that no position delete names: one per key, no delete-signed rows."""
     rows = read_rowsets(spark, handle, positions=True)
     deleted = deleted_positions(spark, handle)
-    if deleted is not None:
-        rows = rows.join(deleted, [FILE, ROW], "left_anti")
+    if deleted is not None and deleted.predicate is not None:
+        rows = rows.where(f"NOT ({deleted.predicate})")
+    elif deleted is not None and deleted.frame is not None:
+        rows = rows.join(deleted.frame, [FILE, ROW], "left_anti")
     return rows.drop(FILE, ROW)
 
 
@@ -108,10 +138,13 @@ def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | Non
     the row that superseded it). With `FILE` and `ROW`."""
     rows = read_rowsets(spark, handle, files, positions=True)
     deleted = deleted_positions(spark, handle)
+    sign = q(DELETE_SIGN) if handle.definition.delete_sign else "0"
     if deleted is None:
         return rows
-    gone = deleted.distinct().withColumn("__gone", F.lit(True))
-    sign = q(DELETE_SIGN) if handle.definition.delete_sign else "0"
+    if deleted.predicate is not None:
+        return rows.where(f"{sign} = 1 OR NOT ({deleted.predicate})")
+    assert deleted.frame is not None
+    gone = deleted.frame.distinct().withColumn("__gone", F.lit(True))
     return rows.join(gone, [FILE, ROW], "left").where(f"__gone IS NULL OR {sign} = 1").drop("__gone")
 
 
