@@ -133,6 +133,8 @@ def write_deletes(positions: DataFrame, directory: Path) -> list[str]:
     out.coalesce(1).sortWithinPartitions("file_path", "pos").write.mode("errorifexists").parquet(str(scratch))
     files: list[str] = []
     for part in sorted(scratch.glob("*.parquet")):
+        if pq.read_metadata(part).num_rows == 0:
+            continue  # nothing superseded: no delete file (an empty one crashes DuckDB's reader)
         target = directory / f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet"
         part.rename(target)
         files.append(str(target))
