@@ -227,6 +227,12 @@ def _fill(doris: DorisClient, db: str, table: str) -> None:
     _load(doris, db, table, "4,2024-05-04,late,0,0,3\n")  # a lower sequence than the delete's: 4 stays deleted
 
 
+def _update(doris: DorisClient, db: str, table: str) -> None:
+    """The other write paths: a partial-column load and a DELETE statement."""
+    _load(doris, db, table, "5,e-partial\n", columns="k,v", partial_columns="true")
+    doris.sql(db, f"DELETE FROM {table} WHERE k = 6")
+
+
 def test_foreign_readers_read_a_merge_on_write_table_as_select_does(
     doris: DorisClient, db: str, server_settings: Any
 ) -> None:
@@ -234,8 +240,10 @@ def test_foreign_readers_read_a_merge_on_write_table_as_select_does(
     # readers see superseded and delete-marked rows). Never skip it: it is the issue's proof.
     doris.sql(db, MOW_DDL.format(name="t", extra=""))
     _fill(doris, db, "t")
+    _update(doris, db, "t")
     answer = as_reply(doris.rows(db, "SELECT * FROM t"))
-    assert [row[0] for row in answer] == [1, 2, 3, 5, 6]
+    assert [row[0] for row in answer] == [1, 2, 3, 5]
+    assert answer[3][2] == "e-partial"
     data_dir = server_settings.resolved_data_dir
     assert pyiceberg_rows(data_dir, db, "t") == answer
     assert duckdb_rows(data_dir, db, "t") == answer
@@ -246,17 +254,27 @@ def test_foreign_readers_read_a_merge_on_read_table(doris: DorisClient, db: str,
     rows than SELECT and nothing is asserted about them; they read the table without failing."""
     doris.sql(db, MOW_DDL.format(name="t", extra=', "enable_unique_key_merge_on_write" = "false"'))
     _fill(doris, db, "t")
+    doris.sql(db, "DELETE FROM t WHERE k = 6")
     data_dir = server_settings.resolved_data_dir
     pyiceberg_rows(data_dir, db, "t")
     duckdb_rows(data_dir, db, "t")
+
+
+TYPES_DDL = """CREATE TABLE t (k INT, d DATE, ts DATETIME(6), v VARCHAR(20), price DECIMAL(10, 2), score DOUBLE,
+f FLOAT, big BIGINT, b BOOLEAN, tiny TINYINT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"""
+TYPES_ROWS = (
+    "1,2024-01-01,2024-01-01 12:34:56,a,1.50,0.25,1.1,9007199254740993,1,-5\n"
+    "2,1999-12-31,2024-06-30 23:59:59.123456,é,-0.01,1e300,-2.5,-1,0,127\n"
+    "3,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N\n"
+)
 
 
 @pytest.mark.parametrize("reader", [pyiceberg_rows, duckdb_rows])
 def test_foreign_readers_render_values_as_the_sql_reply(
     reader: Any, doris: DorisClient, db: str, server_settings: Any
 ) -> None:
-    """Dates, decimals, doubles and NULLs compare equal to what `/api/query` shows for the same rows."""
-    doris.sql(db, MOW_DDL.format(name="t", extra=""))
-    _load(doris, db, "t", "1,2024-01-01,a,1.50,0.25,1\n2,\\N,\\N,\\N,\\N,1\n")
+    """Dates, datetimes, decimals, floats, booleans and NULLs compare equal to what `/api/query` shows."""
+    doris.sql(db, TYPES_DDL)
+    _load(doris, db, "t", TYPES_ROWS)
     answer = as_reply(doris.rows(db, "SELECT * FROM t"))
     assert reader(server_settings.resolved_data_dir, db, "t") == answer
