@@ -42,8 +42,15 @@ QUERIES = {
 }
 
 
-def rowsets(server: Server) -> int:
-    reply = server.sql("SHOW TABLETS FROM s")
+def load_body(rng: random.Random, i: int, rows_per_load: int, keys: int) -> bytes:
+    """Load `i` of the workload: `rows_per_load` rows over `keys` keys, with sequence `i` (bench/mow.py too)."""
+    return "".join(
+        f"{rng.randrange(keys)},{i},name{i % 97},{rng.randrange(10000)}.{i % 100:02d}\n" for _ in range(rows_per_load)
+    ).encode()
+
+
+def rowsets(server: Server, table_name: str = "s") -> int:
+    reply = server.sql(f"SHOW TABLETS FROM {table_name}")
     names = [c["name"] for c in reply["meta"]]
     return int(reply["data"][0][names.index("VersionCount")])
 
@@ -57,11 +64,8 @@ def run(args: argparse.Namespace, *, compaction: bool) -> dict[str, Any]:
         started = time.perf_counter()
         with httpx.Client() as client:
             for i in range(args.loads):
-                body = "".join(
-                    f"{rng.randrange(args.keys)},{i},name{i % 97},{rng.randrange(10000)}.{i % 100:02d}\n"
-                    for _ in range(args.rows_per_load)
-                )
-                check_success(server.load(client, "s", body.encode(), f"c_{i}"), f"load {i}")
+                body = load_body(rng, i, args.rows_per_load, args.keys)
+                check_success(server.load(client, "s", body, f"c_{i}"), f"load {i}")
         load_seconds = time.perf_counter() - started
         after_loads = rowsets(server)
         settled = after_loads
