@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import logging
 import re
 import threading
@@ -106,10 +107,9 @@ def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | Non
     paths = [plain_path(f.file_path) for f in files]
     if sum(f.record_count for f in files) <= INLINE_DELETES:
         by_file: dict[str, list[int]] = {}
-        for delete_file in paths:  # written by Spark or pyarrow: the same columns, not the same nullability
-            positions = pq.read_table(delete_file, columns=["file_path", "pos"])
-            for path, pos in zip(positions.column(0).to_pylist(), positions.column(1).to_pylist(), strict=True):
-                by_file.setdefault(path, []).append(pos)
+        for delete_file in paths:
+            for path, rows in _positions_of(delete_file):
+                by_file.setdefault(path, []).extend(rows)
         if len(by_file) <= INLINE_DELETED_FILES:
             terms = [
                 f"({FILE} = {lit(path)} AND {ROW} IN ({', '.join(str(p) for p in sorted(set(rows)))}))"
@@ -118,6 +118,16 @@ def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | Non
             return Deleted(predicate=" OR ".join(terms))
     schema = T.StructType([T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())])
     return Deleted(frame=spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _positions_of(delete_file: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The positions a delete file names, per data file (read once: a delete file never changes)."""
+    table = pq.read_table(delete_file, columns=["file_path", "pos"])  # Spark's or pyarrow's: same columns
+    by_file: dict[str, list[int]] = {}
+    for path, pos in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
+        by_file.setdefault(path, []).append(pos)
+    return tuple((path, tuple(rows)) for path, rows in by_file.items())
 
 
 def live_rows(spark: SparkSession, handle: TableHandle) -> DataFrame:

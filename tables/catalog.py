@@ -31,7 +31,7 @@ from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotF
 from tables.model import DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.paths import remove_tree
-from tables.rowsets import UNREADABLE, Rowset, table_rowsets
+from tables.rowsets import UNREADABLE, Rowset, live_data_files, table_rowsets
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class TableHandle:
         """Plain local paths of the data files of the current snapshot."""
         if self.iceberg.current_snapshot() is None:
             return []
-        return [_plain_path(task.file.file_path) for task in self.iceberg.scan().plan_files()]
+        return [_plain_path(f.file_path) for f in live_data_files(self.iceberg) if f.record_count > 0]
 
     def rowsets(self) -> list[Rowset]:
         """The rowsets of the current snapshot, oldest first (see `tables.rowsets`)."""

@@ -12,6 +12,7 @@ A position delete file is Parquet with `file_path` (field id 2147483546) and `po
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,8 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
+
+from tables.rowsets import manifest_entries
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -219,39 +222,37 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         return out
 
     def _existing(self) -> list[ManifestFile]:
-        """The parent's manifests: kept as they are, or rewritten without the removed files."""
+        """The parent's manifests: kept as they are, or rewritten without the removed files (a manifest left
+        with nothing is dropped); the removed entries are recorded DELETED in one manifest per content."""
         parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
         if parent is None:
             return []
         out: list[ManifestFile] = []
         removed = self._removed_paths
+        gone: dict[ManifestContent, list[ManifestEntry]] = {}
         for manifest in parent.manifests(self._io):
             if not removed:
                 if manifest.has_added_files() or manifest.has_existing_files():
                     out.append(manifest)
                 continue
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            gone = [e for e in entries if e.data_file.file_path in removed]
-            if not gone:
+            entries = manifest_entries(self._transaction._table, manifest)
+            kept = [e for e in entries if e.data_file.file_path not in removed]
+            if len(kept) == len(entries):
                 if entries:
                     out.append(manifest)
                 continue
-            self._deleted_data_files.update(e.data_file for e in gone)
+            gone.setdefault(manifest.content, []).extend(e for e in entries if e.data_file.file_path in removed)
+            if not kept:
+                continue
             with self._writer(manifest.content) as writer:
+                for entry in kept:
+                    writer.existing(entry)
+            out.append(writer.to_manifest_file())
+        for content, entries in gone.items():
+            self._deleted_data_files.update(e.data_file for e in entries)
+            with self._writer(content) as writer:
                 for entry in entries:
-                    writer.add_entry(
-                        ManifestEntry.from_args(
-                            status=ManifestEntryStatus.DELETED
-                            if entry.data_file.file_path in removed
-                            else ManifestEntryStatus.EXISTING,
-                            snapshot_id=self._snapshot_id
-                            if entry.data_file.file_path in removed
-                            else entry.snapshot_id,
-                            sequence_number=entry.sequence_number,
-                            file_sequence_number=entry.file_sequence_number,
-                            data_file=entry.data_file,
-                        )
-                    )
+                    writer.delete(entry)
             out.append(writer.to_manifest_file())
         return out
 
@@ -265,11 +266,12 @@ def live_delete_files(table: Table) -> list[DataFile]:
         entry.data_file
         for manifest in snapshot.manifests(table.io)
         if manifest.content == ManifestContent.DELETES
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        for entry in manifest_entries(table, manifest)
     ]
 
 
-def referenced_data_paths(delete_file: str) -> set[str]:
+@functools.lru_cache(maxsize=4096)
+def referenced_data_paths(delete_file: str) -> frozenset[str]:
     """The data files a position delete file names."""
     column = pq.read_table(delete_file, columns=["file_path"]).column("file_path")
-    return set(pa.compute.unique(column).to_pylist())
+    return frozenset(pa.compute.unique(column).to_pylist())

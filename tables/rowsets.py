@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +24,7 @@ from urllib.parse import urlparse
 
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import ValidationError
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
 
@@ -127,7 +129,7 @@ def table_rowsets(table: Table) -> list[Rowset]:
             versions_of_snapshots[snap.snapshot_id] = int(props["doris.version"])
     groups: dict[tuple[int, int], list[DataFile]] = {}
     for manifest in data_manifests(table):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(table, manifest):
             fallback = versions_of_snapshots.get(entry.snapshot_id) if entry.snapshot_id is not None else None
             groups.setdefault(file_versions(entry.data_file, version_field, fallback), []).append(entry.data_file)
     return [
@@ -141,11 +143,29 @@ def live_data_files(table: Table) -> list[DataFile]:
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
-    return [
-        entry.data_file
-        for manifest in data_manifests(table)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-    ]
+    return [entry.data_file for manifest in data_manifests(table) for entry in manifest_entries(table, manifest)]
+
+
+_ENTRIES: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
+_ENTRIES_LOCK = threading.Lock()
+MANIFEST_CACHE = 8192  # manifests whose live entries are kept (a manifest file never changes once written)
+
+
+def manifest_entries(table: Table, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
+    """The live entries of a manifest, read once per process: every load adds a manifest, and reading them all
+    again for each query and each commit grew with the table's history (400 manifests: about a second)."""
+    path = manifest.manifest_path
+    with _ENTRIES_LOCK:
+        cached = _ENTRIES.get(path)
+        if cached is not None:
+            _ENTRIES.move_to_end(path)
+            return cached
+    entries = tuple(manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    with _ENTRIES_LOCK:
+        _ENTRIES[path] = entries
+        while len(_ENTRIES) > MANIFEST_CACHE:
+            _ENTRIES.popitem(last=False)
+    return entries
 
 
 def data_manifests(table: Table) -> list[ManifestFile]:
