@@ -48,10 +48,11 @@ class CaseFailure(AssertionError):
     pass
 
 
-def run_case(path: Path, doris: DorisClient) -> str:
-    """Run a case; returns 'passed' or 'stopped at version-sensitive step N'. Raises CaseFailure."""
+def run_case(path: Path, doris: DorisClient, *, db: str | None = None) -> str:
+    """Run a case (in database `db`, a new one by default); returns 'passed' or 'stopped at version-sensitive
+    step N'. Raises CaseFailure."""
     case = json.loads(path.read_text())
-    db = f"conf_{uuid.uuid4().hex[:10]}"
+    db = db or f"conf_{uuid.uuid4().hex[:10]}"
     doris.sql(db, f"CREATE DATABASE {db}")
     for ddl in case["ddl"]:
         body = doris.sql_raw(db, ddl)

@@ -174,3 +174,11 @@ class SeededTables:
 
     def load(self, table: str, data: bytes | str, headers: dict[str, Any]) -> httpx.Response:
         return self.doris.stream_load(self.db, self.table(table), data, headers=headers)
+
+
+def table_handle(server_settings: Any, db: str, table: str) -> Any:
+    """The server's own view of a table (`tables.catalog.TableHandle`), opened on its catalog."""
+    from tables.catalog import Catalog
+
+    catalog = Catalog(uri=server_settings.resolved_catalog_uri, warehouse=server_settings.resolved_warehouse)
+    return catalog.load(db, table)

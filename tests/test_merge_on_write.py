@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import DorisClient, assert_doris_result, table_handle
 
 DDL = (
     "CREATE TABLE {name} (k INT, v VARCHAR(20), s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS {buckets}"
@@ -22,16 +22,9 @@ DDL = (
 CSV = {"column_separator": ",", "columns": "k,v,s"}
 
 
-def iceberg(server_settings: Any, db: str, table: str) -> Any:
-    from tables.catalog import Catalog
-
-    catalog = Catalog(uri=server_settings.resolved_catalog_uri, warehouse=server_settings.resolved_warehouse)
-    return catalog.load(db, table)
-
-
 def scanned(server_settings: Any, db: str, table: str) -> list[list[Any]]:
     """The table as an Iceberg reader sees it (data files minus position deletes), visible columns only."""
-    rows = iceberg(server_settings, db, table).iceberg.scan().to_arrow().to_pylist()
+    rows = table_handle(server_settings, db, table).iceberg.scan().to_arrow().to_pylist()
     return sorted([[r["k"], r["v"], r["s"]] for r in rows])
 
 
@@ -63,7 +56,7 @@ def test_loads_supersede_by_position_and_any_reader_sees_the_answer(
     assert doris.rows(db, "SELECT count(*) FROM t") == [[len(expected)]]
     assert answer(doris, db, "t") == expected
     assert scanned(server_settings, db, "t") == expected
-    handle = iceberg(server_settings, db, "t")
+    handle = table_handle(server_settings, db, "t")
     assert handle.definition.positional
     # the stored rows hold no duplicate live key: deleted by position, not merged away at read time
     from tables.row_delta import live_delete_files
@@ -135,7 +128,7 @@ def test_compaction_applies_the_deletes(doris: DorisClient, db: str, server_sett
         assert_doris_result(doris.stream_load(db, "t", f"1,r{i},{i}\n2,r{i},{i}\n", CSV).json())
     before = answer(doris, db, "t")
     doris.sql(db, "ADMIN COMPACT TABLE t WHERE TYPE = 'BASE'")
-    handle = iceberg(server_settings, db, "t")
+    handle = table_handle(server_settings, db, "t")
     from tables.row_delta import live_delete_files
     from tables.rowsets import live_data_files
 
