@@ -1,15 +1,13 @@
 """Foreign Iceberg readers (issue 18): DuckDB's iceberg extension and pyiceberg apply Iceberg v2 position deletes,
 and both read a merge-on-write table exactly as `SELECT * FROM t` answers.
 
-The first test is a spike for the storage of merge-on-write tables: pyiceberg 0.12 reads position deletes but has no
+The first tests check the storage of merge-on-write tables: pyiceberg 0.12 reads position deletes but has no
 public API to write them, so it writes a position delete file and commits it in a DELETES manifest through
-pyiceberg's lower-level writers (`ManifestWriterV2`, `ManifestEntry`, a `_FastAppendFiles` snapshot producer),
-and checks that both readers leave the deleted rows out.
+pyiceberg's lower-level writers (`tables/row_delta.py`), and checks that both readers leave the deleted rows out.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,122 +16,36 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.conversions import to_bytes
 from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import (
     DataFile,
-    DataFileContent,
-    FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-    ManifestWriterV2,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
-from pyiceberg.typedef import Record
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, NestedField, StringType
 
+from tables import row_delta
 from tests.foreign_readers import arrow_rows, as_reply, duckdb_connection, duckdb_rows, pyiceberg_rows
 from tests.helpers import DorisClient, assert_doris_result
 
-# --- the spike: a position delete file committed with pyiceberg's lower-level writers ------------------------------
-
-FILE_PATH_ID = 2147483546  # reserved field ids of a position delete file (Iceberg spec, "Position Delete Files")
-POS_ID = 2147483545
-_FIELD_ID = b"PARQUET:field_id"
-POSITION_DELETE_SCHEMA = pa.schema(
-    [
-        pa.field("file_path", pa.string(), nullable=False, metadata={_FIELD_ID: str(FILE_PATH_ID).encode()}),
-        pa.field("pos", pa.int64(), nullable=False, metadata={_FIELD_ID: str(POS_ID).encode()}),
-    ]
-)
+# --- position delete files committed with the production writer (`tables/row_delta.py`) ---------------------------
 
 
-def write_position_deletes(path: Path, data_file: str, positions: Sequence[int]) -> DataFile:
+def write_position_deletes(directory: Path, data_file: str, positions: Sequence[int]) -> DataFile:
     """A position delete file naming `positions` of `data_file`, and its manifest entry.
 
     `data_file` must be the data file's path exactly as its manifest records it (`file:///...` for pyiceberg's
     writes): both readers match the two strings, and a plain path against a `file:` URI deletes nothing.
     """
-    rows = pa.table({"file_path": [data_file] * len(positions), "pos": sorted(positions)}, POSITION_DELETE_SCHEMA)
-    pq.write_table(rows, str(path))
-    return DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES,
-        file_path=str(path),
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=len(positions),
-        file_size_in_bytes=os.path.getsize(path),
-        column_sizes={},
-        value_counts={FILE_PATH_ID: len(positions), POS_ID: len(positions)},
-        null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
-        nan_value_counts={},
-        # optional: readers prune delete files by these bounds (one referenced file: lower == upper)
-        lower_bounds={FILE_PATH_ID: to_bytes(StringType(), data_file), POS_ID: to_bytes(LongType(), min(positions))},
-        upper_bounds={FILE_PATH_ID: to_bytes(StringType(), data_file), POS_ID: to_bytes(LongType(), max(positions))},
-        split_offsets=None,
-        equality_ids=None,
-        sort_order_id=None,
-        key_metadata=None,
-        spec_id=0,
-    )
+    path = row_delta.write_position_deletes(directory, row_delta.positions_table(data_file, positions))
+    assert path is not None
+    return row_delta.delete_file_entry(path)
 
 
-class _DeleteManifestWriter(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer with content DELETES: the manifest list entry and the Avro header's
-    `content` key both say so, which is how readers tell delete manifests from data manifests."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-class _RowDelta(_FastAppendFiles):
-    """One snapshot adding data files and position delete files and keeping every manifest of its parent (a fast
-    append, of deletes too): pyiceberg writes the DATA manifest and keeps the parent's, this class adds the
-    DELETES manifest.
-
-    Entries are written ADDED with no sequence number: the manifest list gives them the snapshot's, so the deletes
-    apply to the data files of an equal or lower sequence number: the older ones and the ones added with them.
-    """
-
-    def __init__(self, transaction: Transaction, *, data: Sequence[DataFile] = (), deletes: Sequence[DataFile]) -> None:
-        operation = Operation.OVERWRITE if data else Operation.DELETE
-        super().__init__(operation, transaction, transaction._table.io)
-        self._added_data_files.extend(data)
-        self._deletes = list(deletes)
-
-    def _manifests(self) -> list[ManifestFile]:
-        metadata = self._transaction.table_metadata
-        with _DeleteManifestWriter(
-            metadata.spec(), metadata.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
-        ) as writer:
-            for delete_file in self._deletes:
-                entry = ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED,
-                    snapshot_id=self._snapshot_id,
-                    sequence_number=None,
-                    file_sequence_number=None,
-                    data_file=delete_file,
-                )
-                writer.add(entry)
-        return [writer.to_manifest_file(), *super()._manifests()]
-
-    def _summary(self, snapshot_properties: dict[str, str] | None = None) -> Any:
-        # pyiceberg's summary collector counts delete files by their content; it reads the added files from here
-        data = self._added_data_files
-        self._added_data_files = [*data, *self._deletes]
-        try:
-            return super()._summary(snapshot_properties or {})
-        finally:
-            self._added_data_files = data
+def _commit(table: Table, *, data: Sequence[DataFile] = (), deletes: Sequence[DataFile]) -> None:
+    with table.transaction() as txn, row_delta.RowDelta(txn, {}) as delta:
+        for added in (*data, *deletes):
+            delta.add(added)
 
 
 def _spike_table(tmp_path: Path) -> tuple[Table, str]:
@@ -149,9 +61,8 @@ def _spike_table(tmp_path: Path) -> tuple[Table, str]:
 
 def test_duckdb_and_pyiceberg_apply_position_deletes(tmp_path: Path) -> None:
     table, data_file = _spike_table(tmp_path)
-    deletes = write_position_deletes(tmp_path / "wh" / "deletes.parquet", data_file, [7, 1, 4])
-    with table.transaction() as txn:
-        _RowDelta(txn, deletes=[deletes]).commit()
+    deletes = write_position_deletes(tmp_path / "wh", data_file, [7, 1, 4])
+    _commit(table, deletes=[deletes])
 
     table = table.refresh()
     summary = table.current_snapshot().summary  # type: ignore[union-attr]
@@ -175,11 +86,10 @@ def test_deletes_apply_to_data_files_added_in_the_same_snapshot(tmp_path: Path) 
     rows = pa.table({"k": pa.array(range(10, 14), pa.int32()), "v": [f"r{i}" for i in range(10, 14)]})
     second = _data_file(table, tmp_path / "wh" / "second.parquet", rows)
     deletes = [
-        write_position_deletes(tmp_path / "wh" / "del-1.parquet", first, [0, 9]),
-        write_position_deletes(tmp_path / "wh" / "del-2.parquet", second.file_path, [2]),
+        write_position_deletes(tmp_path / "wh", first, [0, 9]),
+        write_position_deletes(tmp_path / "wh", second.file_path, [2]),
     ]
-    with table.transaction() as txn:
-        _RowDelta(txn, data=[second], deletes=deletes).commit()
+    _commit(table, data=[second], deletes=deletes)
 
     table = table.refresh()
     live = [(k, f"r{k}") for k in (*range(1, 9), 10, 11, 13)]
@@ -191,9 +101,8 @@ def test_deletes_apply_to_data_files_added_in_the_same_snapshot(tmp_path: Path) 
 def test_a_delete_file_naming_a_plain_path_deletes_nothing(tmp_path: Path) -> None:
     """Both readers match `file_path` to the manifest's path as a string: `/x` is not `file:///x`."""
     table, data_file = _spike_table(tmp_path)
-    deletes = write_position_deletes(tmp_path / "wh" / "deletes.parquet", data_file.removeprefix("file://"), [1])
-    with table.transaction() as txn:
-        _RowDelta(txn, deletes=[deletes]).commit()
+    deletes = write_position_deletes(tmp_path / "wh", data_file.removeprefix("file://"), [1])
+    _commit(table, deletes=[deletes])
 
     table = table.refresh()
     assert len(table.scan().to_arrow()) == 10
