@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -96,7 +97,7 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
     wanted = [handle.field_id(c) for c in (*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else []))]
     width = len(table.key_columns)
 
-    def rows(files: list[str]) -> list[tuple[tuple[object, ...], object, str, int]]:
+    def rows(files: list[str]) -> list[tuple[tuple[Any, ...], Any, str, int]]:
         out = []
         for path in files:
             # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
@@ -108,7 +109,7 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
                 out.append((values[:width], values[width] if len(values) > width else None, path, pos))
         return out
 
-    by_key: dict[tuple[object, ...], list[tuple[object, str, int]]] = {}
+    by_key: dict[tuple[Any, ...], list[tuple[Any, str, int]]] = {}
     for key, s, path, pos in rows(theirs):
         by_key.setdefault(key, []).append((s, path, pos))
     paths: list[str] = []

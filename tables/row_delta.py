@@ -33,7 +33,7 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
@@ -107,8 +107,8 @@ def delete_file_entry(path: str, *, spec_id: int = 0) -> DataFile:
     for index, (field_id, kind) in enumerate(((FILE_PATH_ID, StringType()), (POS_ID, LongType()))):
         stats = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
         if stats and all(s is not None and s.has_min_max for s in stats):
-            lower[field_id] = to_bytes(kind, min(s.min for s in stats))  # type: ignore[union-attr]
-            upper[field_id] = to_bytes(kind, max(s.max for s in stats))  # type: ignore[union-attr]
+            lower[field_id] = to_bytes(kind, min(s.min for s in stats))
+            upper[field_id] = to_bytes(kind, max(s.max for s in stats))
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
@@ -182,7 +182,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _existing_manifests(self) -> list[ManifestFile]:
         return []  # `_manifests` writes every manifest itself
 
-    def _summary(self, snapshot_properties: dict[str, str] = {}) -> object:  # noqa: B006 (pyiceberg's signature)
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
         # the summary counts added and removed files of both kinds (pyiceberg's collector knows delete files)
         added, self._added_data_files = self._added_data_files, [*self._added_data_files, *self._added_deletes]
         try:
@@ -248,10 +248,10 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                 for entry in kept:
                     writer.existing(entry)
             out.append(writer.to_manifest_file())
-        for content, entries in gone.items():
-            self._deleted_data_files.update(e.data_file for e in entries)
+        for content, dropped in gone.items():
+            self._deleted_data_files.update(e.data_file for e in dropped)
             with self._writer(content) as writer:
-                for entry in entries:
+                for entry in dropped:
                     writer.delete(entry)
             out.append(writer.to_manifest_file())
         return out
