@@ -17,6 +17,7 @@ The comparison is `merge.sequence_order`, the one ordering of the sequenced merg
 
 from __future__ import annotations
 
+import functools
 import shutil
 import uuid
 from pathlib import Path
@@ -94,34 +95,57 @@ DRIVER_RECHECK_ROWS = 100_000
 def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool) -> pa.Table:
     """`supersede_positions` for a few rows, with pyarrow and a dict: the same rule (`beats`) in Python."""
     table = handle.definition
-    wanted = [handle.field_id(c) for c in (*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else []))]
+    wanted = tuple(handle.field_id(c) for c in (*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else [])))
     width = len(table.key_columns)
-
-    def rows(files: list[str]) -> list[tuple[tuple[Any, ...], Any, str, int]]:
-        out = []
-        for path in files:
-            # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
-            ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pq.read_schema(path) if f.metadata}
-            # a file written before the sequence column was added (ENABLE FEATURE) has none: NULL
-            data = pq.read_table(path, columns=[ids[i] for i in wanted if i in ids]).to_pylist()
-            for pos, row in enumerate(data):
-                values = tuple(row.get(ids.get(i, "")) for i in wanted)
-                out.append((values[:width], values[width] if len(values) > width else None, path, pos))
-        return out
-
-    by_key: dict[tuple[Any, ...], list[tuple[Any, str, int]]] = {}
-    for key, s, path, pos in rows(theirs):
-        by_key.setdefault(key, []).append((s, path, pos))
     paths: list[str] = []
     positions: list[int] = []
-    for key, s, path, pos in rows(mine):
-        for their_seq, their_path, their_pos in by_key.get(key, ()):
-            later, earlier = (s, their_seq) if mine_is_later else (their_seq, s)
-            later_wins = not table.has_sequence or not (earlier is not None and (later is None or later < earlier))
-            mine_wins = later_wins if mine_is_later else not later_wins
-            paths.append(their_path if mine_wins else path)
-            positions.append(their_pos if mine_wins else pos)
+    for my_path in mine:
+        for key, my_rows in _keyed_rows(my_path, wanted, width).items():
+            for their_path in theirs:
+                for their_seq, their_pos in _keyed_rows(their_path, wanted, width).get(key, ()):
+                    for my_seq, my_pos in my_rows:
+                        later, earlier = (my_seq, their_seq) if mine_is_later else (their_seq, my_seq)
+                        later_wins = not table.has_sequence or not (
+                            earlier is not None and (later is None or later < earlier)
+                        )
+                        mine_wins = later_wins if mine_is_later else not later_wins
+                        paths.append(their_path if mine_wins else my_path)
+                        positions.append(their_pos if mine_wins else my_pos)
     return pa.table({"file_path": pa.array(paths, pa.string()), "pos": pa.array(positions, pa.int64())})
+
+
+def _keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
+    """A data file's rows by key: (sequence, position) each. A small file is read once: a data file's keys and
+    sequences never change (a two-phase commit restamps only the version), so a small load's commit reads only
+    the small files new to it; the cache holds at most 4096 files of at most `CACHED_FILE_ROWS` rows."""
+    if _row_count(path) <= CACHED_FILE_ROWS:
+        return _cached_keyed_rows(path, wanted, width)
+    return _read_keyed_rows(path, wanted, width)
+
+
+CACHED_FILE_ROWS = 1000
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
+    return _read_keyed_rows(path, wanted, width)
+
+
+def _read_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
+    # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
+    ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pq.read_schema(path) if f.metadata}
+    # a file written before the sequence column was added (ENABLE FEATURE) has none: NULL
+    data = pq.read_table(path, columns=[ids[i] for i in wanted if i in ids]).to_pylist()
+    out: dict[tuple[Any, ...], list[tuple[Any, int]]] = {}
+    for pos, row in enumerate(data):
+        values = tuple(row.get(ids.get(i, "")) for i in wanted)
+        out.setdefault(values[:width], []).append((values[width] if len(values) > width else None, pos))
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_count(path: str) -> int:
+    return int(pq.read_metadata(path).num_rows)
 
 
 def write_deletes(positions: DataFrame, directory: Path) -> list[str]:
@@ -155,7 +179,7 @@ def resolve(
     """The commit-time re-check (see the module docstring), written as position delete files in `directory`."""
     if not mine or not theirs:
         return []
-    if sum(pq.read_metadata(p).num_rows for p in (*mine, *theirs)) <= DRIVER_RECHECK_ROWS:
+    if sum(_row_count(p) for p in (*mine, *theirs)) <= DRIVER_RECHECK_ROWS:
         written = write_position_deletes(
             directory, supersede_in_driver(handle, mine, theirs, mine_is_later=mine_is_later)
         )
