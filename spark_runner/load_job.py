@@ -22,7 +22,15 @@ from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
 from spark_runner.merge import merge_rows
-from spark_runner.mow import STORED_FILE, STORED_POS, WINS, beats, stored_winners, write_deletes
+from spark_runner.mow import (
+    STORED_FILE,
+    STORED_POS,
+    WINS,
+    beats,
+    decision_columns,
+    stored_winners,
+    write_deletes,
+)
 from spark_runner.planning import LoadPlan
 from spark_runner.queries import FILE, ROW
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
@@ -648,6 +656,8 @@ def run_load_job(
     if stored is not None and table.positional:
         if small_rowset.is_small(source):
             stored = only_keys_of(stored, good, keys[0])
+        if not plan.reads_stored:  # the decision needs keys, sequence and position: the values stay unread
+            stored = stored.selectExpr(*[q(c) for c in decision_columns(table)])
         stored = stored_winners(stored, good, table)
     partial_metrics: Observation | None = None
     if lookup and not plan.reads_stored:

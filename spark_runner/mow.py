@@ -7,7 +7,7 @@
                 winner is written and the stored row it beats is named in a position delete file; a loser is
                 not written at all
     re-check    at the commit, rows that other commits added since the lookup (loads, a compaction's output) are
-                compared with the load's written rows the same way (`supersede`): the loser of each pair, on
+                compared with the load's written rows the same way (`resolve`): the loser of each pair, on
                 either side, is position-deleted. Two-phase loads, written before their commit order is known,
                 are checked against the whole table at their commit.
 
@@ -188,8 +188,8 @@ def resolve(
     return write_deletes(positions, directory)
 
 
-def stored_columns(table: TableDef) -> list[str]:
-    """The stored columns a merge-on-write decision needs."""
+def decision_columns(table: TableDef) -> list[str]:
+    """The stored columns a merge-on-write decision needs (a partial update also reads the values it fills)."""
     return [
         *table.key_columns,
         *([SEQUENCE_COL] if table.has_sequence else []),
