@@ -21,12 +21,11 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
-from spark_runner.merge import merge_rows
+from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     STORED_FILE,
     STORED_POS,
     WINS,
-    beats,
     decision_columns,
     stored_winners,
     write_deletes,

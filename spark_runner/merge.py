@@ -17,6 +17,7 @@ Orderings are Spark SQL expressions (text), so building the step costs a handful
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -30,6 +31,20 @@ def sequence_order(sequence: str | None, tie_breaker: str) -> list[str]:
     if sequence is None:
         return [tie_breaker]
     return [f"({sequence}) IS NOT NULL", sequence, tie_breaker]
+
+
+def beats(table: TableDef, later: str, earlier: str) -> str:
+    """SQL: a row with sequence `later` from a later version beats one with sequence `earlier` (`sequence_order`:
+    NULL lowest, a tie to the later row); without a sequence column the later row always wins. Merge-on-write
+    loads decide with this what they supersede."""
+    if not table.has_sequence:
+        return "true"
+    return f"NOT ({earlier} IS NOT NULL AND ({later} IS NULL OR {later} < {earlier}))"
+
+
+def later_wins(table: TableDef, later: Any, earlier: Any) -> bool:
+    """`beats` on Python values: the commit-time re-check of a few rows runs in the server's process."""
+    return not table.has_sequence or not (earlier is not None and (later is None or later < earlier))
 
 
 def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[str]) -> DataFrame:

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_runner.merge import latest_per_key, sequence_order
+from spark_runner.merge import beats, later_wins, latest_per_key, sequence_order
 from spark_runner.queries import FILE, ROW, read_rowsets
 from spark_runner.sqltext import q
 from tables.catalog import TableHandle
@@ -50,14 +50,6 @@ def stored_winners(stored: DataFrame, incoming: DataFrame, table: TableDef) -> D
     matched = stored.alias("s").join(wanted, on=F.expr(on), how="left_semi")
     seq = q(SEQUENCE_COL) if table.has_sequence else None
     return latest_per_key(matched, keys, sequence_order(seq, q(VERSION_COL)))
-
-
-def beats(table: TableDef, mine: str, theirs: str) -> str:
-    """SQL: the row with sequence `mine` (the later version) beats one with sequence `theirs`: NULL lowest, a tie
-    to the later row. Without a sequence column the later row always wins."""
-    if not table.has_sequence:
-        return "true"
-    return f"NOT ({theirs} IS NOT NULL AND ({mine} IS NULL OR {mine} < {theirs}))"
 
 
 def supersede_positions(
@@ -105,10 +97,8 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
                 for their_seq, their_pos in _keyed_rows(their_path, wanted, width).get(key, ()):
                     for my_seq, my_pos in my_rows:
                         later, earlier = (my_seq, their_seq) if mine_is_later else (their_seq, my_seq)
-                        later_wins = not table.has_sequence or not (
-                            earlier is not None and (later is None or later < earlier)
-                        )
-                        mine_wins = later_wins if mine_is_later else not later_wins
+                        won = later_wins(table, later, earlier)
+                        mine_wins = won if mine_is_later else not won
                         paths.append(their_path if mine_wins else my_path)
                         positions.append(their_pos if mine_wins else my_pos)
     return pa.table({"file_path": pa.array(paths, pa.string()), "pos": pa.array(positions, pa.int64())})

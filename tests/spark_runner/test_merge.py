@@ -273,3 +273,30 @@ def test_merge_matches_the_doris_rule_on_random_loads(spark, rows) -> None:  # t
     schema = "k INT, seq INT, pos BIGINT"
     out = latest_per_key(spark.createDataFrame(rows, schema), ["k"], sequence_order("`seq`", "`pos`"))
     assert {(r.k, r.seq, r.pos) for r in out.collect()} == doris_winners(rows)
+
+
+def test_what_a_merge_on_write_load_supersedes_follows_the_merge_order(spark) -> None:  # type: ignore[no-untyped-def]
+    """`beats` (Spark SQL, the load's decision) and `later_wins` (the re-check in the server's process) agree with
+    each other and with `sequence_order`: the later row wins unless the earlier one has a larger sequence
+    (NULL lowest, a tie to the later row); without a sequence column the later row always wins."""
+    from spark_runner.merge import beats, later_wins
+    from tables.model import ColumnDef, KeysType, TableDef
+    from tables.types import DorisType
+
+    columns = (
+        ColumnDef(name="k", type=DorisType(name="INT"), is_key=True),
+        ColumnDef(name="s", type=DorisType(name="INT")),
+    )
+    with_seq = TableDef(
+        db="d", name="t", keys_type=KeysType.UNIQUE, columns=columns, key_columns=("k",), sequence_col="s"
+    )
+    plain = with_seq.model_copy(update={"sequence_col": None})
+    values = [None, 1, 2]
+    pairs = [(later, earlier) for later in values for earlier in values]
+    rows = spark.createDataFrame(pairs, "later INT, earlier INT").selectExpr(
+        "later", "earlier", f"{beats(with_seq, 'later', 'earlier')} AS s", f"{beats(plain, 'later', 'earlier')} AS p"
+    )
+    for row in rows.collect():
+        expected = row["earlier"] is None or (row["later"] is not None and row["later"] >= row["earlier"])
+        assert row["s"] == later_wins(with_seq, row["later"], row["earlier"]) == expected, row
+        assert row["p"] is True and later_wins(plain, row["later"], row["earlier"])
