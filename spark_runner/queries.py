@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import functools
 import logging
+import os
 import re
 import threading
 import time
@@ -90,7 +91,7 @@ def scan_files(spark: SparkSession, schema: T.StructType, files: list[str], *, p
     small: list[str] = []
     budget = DRIVER_READ_ROWS
     for path in files:
-        rows = _file_rows(path)
+        rows = _file_rows(path, _stamp(path))
         if rows <= SMALL_FILE_ROWS and rows <= budget:
             small.append(path)
             budget -= rows
@@ -118,7 +119,7 @@ def _local_rows(spark: SparkSession, schema: T.StructType, files: list[str], *, 
     wanted = [(f.name, int(f.metadata["parquet.field.id"]), target.field(f.name).type) for f in schema.fields]
     parts: list[pa.Table] = []
     for path in files:
-        stored = _file_table(path)
+        stored = _file_table(path, _stamp(path))
         names = {
             int(f.metadata[b"PARQUET:field_id"]): f.name
             for f in stored.schema
@@ -140,15 +141,21 @@ def _local_rows(spark: SparkSession, schema: T.StructType, files: list[str], *, 
     return spark.createDataFrame(pa.concat_tables(parts).combine_chunks(), schema=full)
 
 
+def _stamp(path: str) -> tuple[int, int, int]:
+    """What tells one version of a file from another: a two-phase commit stamps its files' version in place
+    (a new file moved over the old), so a cache keyed by path alone could serve the old rows."""
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 @functools.lru_cache(maxsize=8192)
-def _file_rows(path: str) -> int:
+def _file_rows(path: str, stamp: tuple[int, int, int]) -> int:
     return int(pq.read_metadata(path).num_rows)
 
 
 @functools.lru_cache(maxsize=2048)
-def _file_table(path: str) -> pa.Table:
-    """A tiny data file, read once (data files never change once committed; a two-phase load's version is
-    stamped before its files are ever read)."""
+def _file_table(path: str, stamp: tuple[int, int, int]) -> pa.Table:
+    """A tiny data file, read once per version of it (`_stamp`)."""
     return pq.read_table(path)
 
 
