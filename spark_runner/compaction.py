@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from pyiceberg.table import Transaction
+from pyiceberg.types import IntegerType
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
+from spark_runner.buckets import stored_field_ids, stored_values, with_bucket, write_rows
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import with_field_ids
 from spark_runner.merge import merge_rows
@@ -36,8 +38,9 @@ from spark_runner.sqltext import q
 from tables.catalog import Catalog, TableHandle
 from tables.commit import TableWriter
 from tables.errors import DorisError, SchemaChanged
-from tables.model import DELETE_SIGN, SEQUENCE_COL, STORAGE_FORMAT, VERSION_COL, TableDef
+from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, STORAGE_FORMAT, VERSION_COL, TableDef
 from tables.rowsets import Rowset, RowsetsChanged, has_delete_markers, range_file_name, sign_field_id
+from tables.schema_change import SchemaOp
 
 log = logging.getLogger(__name__)
 
@@ -150,17 +153,26 @@ def merged_rowsets(spark: SparkSession, handle: TableHandle, rowsets: Sequence[R
 
 
 def write_rowset(
-    df: DataFrame, handle: TableHandle, *, directory: Path, partitions: int, start: int, end: int
+    df: DataFrame,
+    handle: TableHandle,
+    *,
+    directory: Path,
+    partitions: int,
+    start: int,
+    end: int,
+    table: TableDef | None = None,
 ) -> list[str]:
-    """Write rows sorted by key with Iceberg field ids; the file names carry the version range."""
-    table = handle.definition
-    keys = [F.col(q(k)) for k in table.key_columns]
-    df = df.repartition(partitions, *keys) if partitions > 1 and keys else df.coalesce(1)
-    field_ids = {c.name: handle.field_id(c.name) for c in table.all_columns()}
-    out = with_field_ids(df, field_ids)
-    if keys:
-        out = out.sortWithinPartitions(*keys)
-    out.write.mode("errorifexists").parquet(str(directory))
+    """Write rows sorted by key with Iceberg field ids, one bucket per file (`spark_runner.buckets`); the file
+    names carry the version range. `table`: the definition the files are written for, when it is not the
+    handle's (a conversion's)."""
+    table = table or handle.definition
+    spread = list(table.distribution_columns)
+    df = df.repartition(partitions, *stored_values(table, spread)) if partitions > 1 and spread else df.coalesce(1)
+    ids = stored_field_ids(handle, table)
+    out = with_field_ids(df, ids)
+    if table.bucketed:
+        out = with_bucket(out, table, ids[BUCKET_COL], per_bucket=True)
+    write_rows(out, directory, table, sort=table.key_columns)
     files = []
     for path in sorted(directory.glob("*.parquet")):
         target = path.with_name(range_file_name(start, end, path.name))
@@ -170,6 +182,22 @@ def write_rowset(
             crc.rename(target.with_name(f".{target.name}.crc"))
         files.append(str(target))
     return files
+
+
+def add_bucket_field(tx: Transaction) -> None:
+    """Iceberg schema and spec evolution: `BUCKET_COL` and the identity partition field on it."""
+    with tx.update_schema() as update:
+        update.add_column(BUCKET_COL, IntegerType())
+    with tx.update_spec() as spec:
+        spec.add_identity(BUCKET_COL)
+
+
+def _unchanged(current: TableDef, _version: int) -> tuple[TableDef, list[SchemaOp]]:
+    return current, []
+
+
+def _formatted(current: TableDef, _version: int) -> tuple[TableDef, list[SchemaOp]]:
+    return current.model_copy(update={"storage_format": STORAGE_FORMAT}), []
 
 
 class Compactor:
@@ -251,17 +279,24 @@ class Compactor:
         return done
 
     def convert_storage(self) -> int:
-        """Convert every merge-on-write table written before storage format 2 (one live row per key in Iceberg's
-        terms): one base compaction under the old rules, committed with the new definition in one snapshot.
-        A table that cannot be converted is logged and keeps answering as before (merged on read); returns how
-        many were converted."""
+        """Bring every merge-on-write table an earlier release wrote to the current storage format; returns how
+        many were converted. A table that cannot be converted is logged and keeps answering as before.
+
+        - format 1 (rowsets merged on read) → one live row per key in Iceberg's terms: one base compaction
+          under the old rules, committed with the new definition in one snapshot;
+        - format 2 → the bucket in the partition spec: `BUCKET_COL` and the identity field on it, a metadata
+          commit (Iceberg spec evolution: the files already written keep the unpartitioned spec, read as
+          files of any bucket, until a compaction rewrites them).
+        """
         converted = 0
         for db in self.catalog.list_databases():
             for name in self.catalog.list_tables(db):
                 try:
                     handle = self.catalog.load(db, name)
                     table = handle.definition
-                    if table.positional or not table.is_unique or not table.merge_on_write or table.sequence_mapping:
+                    if table.storage_format >= STORAGE_FORMAT or not table.is_unique or not table.merge_on_write:
+                        continue
+                    if table.sequence_mapping:
                         continue
                     with self._lock(handle):
                         self._convert(handle)
@@ -272,6 +307,14 @@ class Compactor:
 
     def _convert(self, handle: TableHandle) -> None:
         table = handle.definition
+        unbucketed = BUCKET_COL not in {f.name for f in handle.iceberg.schema().fields}
+        if table.positional:  # one metadata commit
+            self.writer.alter(table.db, table.name, _formatted, schema=False, iceberg=add_bucket_field)
+            log.info("table %s.%s converted to storage format %d", table.db, table.name, STORAGE_FORMAT)
+            return
+        if unbucketed:  # the field first; a crash before the rewrite leaves a format-1 table with it
+            self.writer.alter(table.db, table.name, _unchanged, schema=False, iceberg=add_bucket_field)
+            handle = self.catalog.load(table.db, table.name)
         new = table.model_copy(update={"storage_format": STORAGE_FORMAT})
         rowsets = handle.rowsets()
         label = f"convert_storage_{uuid.uuid4().hex}"
@@ -290,6 +333,7 @@ class Compactor:
                         partitions=partitions,
                         start=rowsets[0].start_version,
                         end=rowsets[-1].end_version,
+                        table=new,
                     )
         log.info("table %s.%s converted to storage format %d", table.db, table.name, STORAGE_FORMAT)
 

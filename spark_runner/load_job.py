@@ -12,8 +12,10 @@ observed metrics are the load's counts.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
+from spark_runner.buckets import bucket_sql, stored_values, with_bucket, write_rows
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     STORED_FILE,
@@ -37,7 +40,7 @@ from tables.commit import rowset_files
 from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
-from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
+from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
 from tables.row_delta import write_position_deletes
 
 POS = "__pos"
@@ -51,6 +54,9 @@ MAX_ERROR_ROWS = 50
 QUOTED = lit('^"(.*)"$')  # trim_double_quotes: one pair of outer double quotes
 
 log = logging.getLogger(__name__)
+
+# the stored rows a load reads, for the buckets it writes (None: every bucket)
+StoredRows = Callable[[frozenset[int] | None], DataFrame]
 
 
 @dataclass(frozen=True)
@@ -524,12 +530,21 @@ def winning(table: TableDef) -> str:
     return f"NOT coalesce(__sfound, false) OR {beats(table, SEQ if table.has_sequence else 'NULL', '__sseq')}"
 
 
-def only_keys_of(stored: DataFrame, batch: DataFrame, key: str) -> DataFrame:
-    """The stored rows whose first key column holds a value of the (small) batch's: the values are collected
-    first, so that the filter reaches the Parquet reader as literals and skips the row groups and pages
-    (files are sorted by key) that cannot hold them. A 10-row partial update of a 5M-row table reads a few
-    pages, not the table."""
-    values = [row[0] for row in batch.select(F.col(q(key))).distinct().collect()]
+def keys_of_batch(batch: DataFrame, table: TableDef) -> tuple[list[Any], frozenset[int] | None]:
+    """The distinct values of a (small) batch's first key column, and the buckets of its rows (None: every
+    bucket, for a table whose files do not record theirs); one small Spark job."""
+    key = table.key_columns[0]
+    bucketed = table.bucketed and table.buckets > 1
+    picked = [F.col(q(key)).alias("k")] + ([F.expr(bucket_sql(table, per_bucket=True)).alias("b")] if bucketed else [])
+    rows = batch.select(*picked).distinct().collect()
+    buckets = frozenset(int(r[1]) for r in rows) if bucketed else None
+    return list({r[0] for r in rows}), buckets
+
+
+def only_keys(stored: DataFrame, key: str, values: list[Any]) -> DataFrame:
+    """The stored rows whose first key column holds one of `values` (collected first, so that the filter reaches
+    the Parquet reader as literals and skips the row groups and pages, files being sorted by key, that cannot
+    hold them: a 10-row partial update of a 5M-row table reads a few pages, not the table)."""
     column = F.col(q(key))
     condition = column.isin([v for v in values if v is not None])
     if None in values:
@@ -617,14 +632,15 @@ def run_load_job(
     version: int,
     field_ids: dict[str, int],
     buckets: int,
-    stored: DataFrame | None = None,
+    stored: StoredRows | None = None,
     lookup: bool = False,
     extra_metrics: tuple[Column, ...] = (),
 ) -> JobOutcome:
     """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
 
     `stored`: the table's current rows (merged, for a partial update of a merge-on-read table) or a positional
-    table's lookup rows (`queries.lookup_rows`). With `lookup` the load is merged into them (`spark_runner.mow`):
+    table's lookup rows (`queries.lookup_rows`), for the buckets the load writes (a small load's are known
+    before its job). With `lookup` the load is merged into them (`spark_runner.mow`):
     only the rows that beat the stored ones are written, and the stored rows they beat are named in position
     delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
     (group commit counts per load).
@@ -641,10 +657,11 @@ def run_load_job(
     good = rows.where(f"{REASON} IS NULL AND NOT {UNSELECTED}")
     table = plan.table
     keys = list(table.key_columns)
+    spread = list(table.distribution_columns)
     if buckets == 1:
         good = good.coalesce(1)  # one partition needs no shuffle: scan, dedup and write in one stage
-    elif keys:
-        good = good.repartition(buckets, *[F.col(q(k)) for k in keys])
+    elif spread:  # Spark partition = bucket (`buckets.bucket_sql`); a key's rows share one
+        good = good.repartition(buckets, *stored_values(table, spread))
     else:
         good = good.repartition(buckets)
     kept = [c for c in good.columns if c not in (LINE, REASON, UNSELECTED)]
@@ -652,19 +669,23 @@ def run_load_job(
     # a partial update that keeps the stored sequence orders its own rows by position only
     seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
     good = merge_rows(good, table, POS, sequence=seq)
-    if stored is not None and table.positional:
-        if small_rowset.is_small(source):
-            stored = only_keys_of(stored, good, keys[0])
+    stored_rows: DataFrame | None = None
+    if stored is not None and table.positional and small_rowset.is_small(source):
+        values, touched = keys_of_batch(good, table)
+        stored_rows = only_keys(stored(touched), keys[0], values)
+    elif stored is not None:
+        stored_rows = stored(None)
+    if stored_rows is not None and table.positional:
         if not plan.reads_stored:  # the decision needs keys, sequence and position: the values stay unread
-            stored = stored.selectExpr(*[q(c) for c in decision_columns(table)])
-        stored = stored_winners(stored, good, table)
+            stored_rows = stored_rows.selectExpr(*[q(c) for c in decision_columns(table)])
+        stored_rows = stored_winners(stored_rows, good, table)
     partial_metrics: Observation | None = None
     if lookup and not plan.reads_stored:
-        assert stored is not None, "a merge-on-write load compares with the stored rows"
-        good = attach_winners(good, stored, table)
+        assert stored_rows is not None, "a merge-on-write load compares with the stored rows"
+        good = attach_winners(good, stored_rows, table)
     if plan.reads_stored:
-        assert stored is not None, "this load reads the table's current rows"
-        good = fill_from_stored(good, stored, plan)
+        assert stored_rows is not None, "this load reads the table's current rows"
+        good = fill_from_stored(good, stored_rows, plan)
         key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
         partial_metrics = Observation(f"partial_{directory.name}")
         good = good.observe(
@@ -681,11 +702,14 @@ def run_load_job(
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
     out = with_field_ids(good.selectExpr(*storage_columns(plan, 0 if collected else version), *decision), field_ids)
-    if keys:
-        out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
+    if table.bucketed:
+        # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
+        out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
     deletes: list[str] = []
     if collected:
         # one partition, in key order; the decision columns split into the rows and the position deletes
+        if keys:
+            out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
         files, positions = small_rowset.write_collected(out, directory, version=version, decision=decision)
         if positions is not None:
             written = write_position_deletes(directory, positions)
@@ -693,14 +717,14 @@ def run_load_job(
     elif decision:
         out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the rows and the deletes come from one computation
         try:
-            out.where(WINS).drop(*decision).write.mode("errorifexists").parquet(str(directory))
+            write_rows(out.where(WINS).drop(*decision), directory, table, sort=keys)
             files = rowset_files(directory)
             beaten = out.where(f"{WINS} AND {STORED_FILE} IS NOT NULL")
             deletes = write_deletes(beaten.selectExpr(f"{STORED_FILE} AS file_path", f"{STORED_POS} AS pos"), directory)
         finally:
             out.unpersist()
     else:
-        out.write.mode("errorifexists").parquet(str(directory))
+        write_rows(out, directory, table, sort=keys)
         files = rowset_files(directory)
     if partial_metrics is not None:
         found = partial_metrics.get

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
 from spark_runner.types import storage_schema
@@ -212,9 +213,10 @@ def _positions_of(delete_file: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return tuple((path, tuple(rows)) for path, rows in by_file.items())
 
 
-def live_rows(spark: SparkSession, handle: TableHandle) -> DataFrame:
-    """The rows of a positional table that no position delete names: one per key, no delete-signed rows."""
-    rows = read_rowsets(spark, handle, positions=True)
+def live_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
+    """The rows of a positional table (or of the given data files) that no position delete names: one per key,
+    no delete-signed rows."""
+    rows = read_rowsets(spark, handle, files, positions=True)
     deleted = deleted_positions(spark, handle)
     if deleted is not None and deleted.predicate is not None:
         rows = rows.where(f"NOT ({deleted.predicate})")
@@ -240,20 +242,25 @@ def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | Non
     return rows.join(gone, [FILE, ROW], "left").where(f"__gone IS NULL OR {sign} = 1").drop("__gone")
 
 
-def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:
+def merged_rows(
+    spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False, buckets: frozenset[int] | None = None
+) -> DataFrame:
     """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked.
 
     A positional table reads its live rows and merges nothing; with `show_hidden` its winning delete-signed
-    rows are shown too (merged with the live ones: the only merge left, for a debugging variable).
+    rows are shown too (merged with the live ones: the only merge left, for a debugging variable). With
+    `buckets`, only the rows of those buckets need be right (a query whose filter holds no other): the files of
+    other buckets stay unread.
     """
     table = handle.definition
     seq = q(SEQUENCE_COL) if table.has_sequence else None
+    files = handle.data_files(buckets) if buckets is not None else None
     if table.positional and not show_hidden:
-        df = live_rows(spark, handle)
+        df = live_rows(spark, handle, files)
     elif table.positional:
-        df = merge_rows(lookup_rows(spark, handle).drop(FILE, ROW), table, q(VERSION_COL), sequence=seq)
+        df = merge_rows(lookup_rows(spark, handle, files).drop(FILE, ROW), table, q(VERSION_COL), sequence=seq)
     else:
-        df = merge_rows(read_rowsets(spark, handle), table, q(VERSION_COL), sequence=seq)
+        df = merge_rows(read_rowsets(spark, handle, files), table, q(VERSION_COL), sequence=seq)
     if table.is_unique and table.delete_sign and not show_hidden:
         df = df.where(f"{q(DELETE_SIGN)} = 0")
     columns = list(table.columns) + (list(table.shown_hidden_columns()) if show_hidden else [])
@@ -277,10 +284,12 @@ class QueryViews:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.drop()
 
-    def merged_view(self, handle: TableHandle, *, show_hidden: bool) -> str:
-        """A new view of the table's merged rows (`merged_rows`); returns its name."""
+    def merged_view(self, handle: TableHandle, *, show_hidden: bool, keys: list[dict[str, Any]] | None = None) -> str:
+        """A new view of the table's merged rows (`merged_rows`); returns its name. `keys`: the only values of the
+        distribution columns the query can keep (its filter says so); the view then reads their buckets only."""
         view = f"__v_{uuid.uuid4().hex}"
-        merged_rows(self.spark, handle, show_hidden=show_hidden).createOrReplaceTempView(view)
+        buckets = key_buckets(self.spark, handle.definition, keys) if keys is not None else None
+        merged_rows(self.spark, handle, show_hidden=show_hidden, buckets=buckets).createOrReplaceTempView(view)
         self.names.append(view)
         return view
 

@@ -19,9 +19,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from spark_runner import small_rowset
 from spark_runner.arrow_csv import staging_path
+from spark_runner.buckets import stored_field_ids
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import (
     JobOutcome,
+    StoredRows,
     clip_error_line,
     columnar_source,
     csv_source,
@@ -71,12 +73,12 @@ PARTITION_BYTES = 32 * 1024 * 1024
 
 
 def write_partitions(buckets: int, load_bytes: int) -> int:
-    """Spark partitions of a rowset: one per bucket for big loads, fewer for small ones.
+    """Spark partitions of a rowset: one per bucket for a load of more than `PARTITION_BYTES`, else one.
 
-    A one-row load spread over every bucket pays a task per bucket; small loads group buckets so a
-    file holds the keys of several buckets (still sorted by key), which reads merge the same way.
+    A one-row load spread over every bucket pays a task per bucket; a small load's one task writes a file per
+    bucket it holds (`spark_runner.buckets`). A big load's task `i` holds bucket `i`, so it writes one file.
     """
-    return max(1, min(buckets, -(-load_bytes // PARTITION_BYTES)))
+    return buckets if load_bytes > PARTITION_BYTES else 1
 
 
 class LoadService:
@@ -201,7 +203,8 @@ class LoadService:
                     # nothing commits between this read and its own commit (a positional table's load reads
                     # its lookup rows in `run_rowset`)
                     reads = plan.reads_stored and not plan.table.positional
-                    stored = merged_rows(spark, rowset.handle, show_hidden=True) if reads else None
+                    handle = rowset.handle
+                    stored = (lambda _: merged_rows(spark, handle, show_hidden=True)) if reads else None
                     outcome = run_rowset(spark, frame, plan, rowset, load_bytes=load_bytes, stored=stored)
                 self._check_quality(prepared, outcome)
                 rowset.files = outcome.files
@@ -341,7 +344,7 @@ def run_rowset(
     rowset: PendingRowset,
     *,
     load_bytes: int,
-    stored: DataFrame | None = None,
+    stored: StoredRows | None = None,
     extra_metrics: tuple[Column, ...] = (),
 ) -> JobOutcome:
     """Run one rowset's Spark job into the writer's pending rowset (plain and grouped loads alike): the
@@ -350,8 +353,6 @@ def run_rowset(
     Raises:
         LoadError: a Spark or data error.
     """
-    schema = rowset.handle.iceberg.schema()
-    field_ids = {c.name: schema.find_field(c.name).field_id for c in plan.table.all_columns()}
     lookup = False
     if plan.table.positional:
         # merge-on-write: compare with the stored rows in the job. What a two-phase load supersedes is decided
@@ -363,7 +364,7 @@ def run_rowset(
         lookup = bool(files) and not rowset.precommit and (plan.reads_stored or not few)
         rowset.seen = frozenset(files) if lookup else None
         if lookup or plan.reads_stored:
-            stored = lookup_rows(spark, rowset.handle, files)
+            stored = _lookup(spark, rowset.handle)
     with spark_errors():
         outcome = run_load_job(
             spark,
@@ -371,7 +372,7 @@ def run_rowset(
             plan,
             directory=rowset.directory,
             version=rowset.version,
-            field_ids=field_ids,
+            field_ids=stored_field_ids(rowset.handle),
             buckets=write_partitions(plan.table.buckets, load_bytes),
             stored=stored,
             lookup=lookup,
@@ -379,6 +380,15 @@ def run_rowset(
         )
     rowset.deletes = list(outcome.deletes)
     return outcome
+
+
+def _lookup(spark: SparkSession, handle: TableHandle) -> StoredRows:
+    """A positional table's lookup rows, read from the files of the given buckets only."""
+
+    def rows(buckets: frozenset[int] | None) -> DataFrame:
+        return lookup_rows(spark, handle, handle.data_files(buckets))
+
+    return rows
 
 
 def _base(prepared: PreparedLoad, load_bytes: int, receive_ms: int) -> dict[str, Any]:

@@ -21,17 +21,19 @@ from urllib.parse import urlparse
 
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import NestedField
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import IntegerType, NestedField
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
-from tables.model import DEFINITION_PROPERTY, TableDef
+from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.paths import remove_tree
-from tables.rowsets import UNREADABLE, Rowset, live_data_files, table_rowsets
+from tables.rowsets import UNREADABLE, Rowset, live_data_files, may_hold_buckets, table_rowsets
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,16 @@ class TableHandle:
     def field_id(self, column: str) -> int:
         return self.iceberg.schema().find_field(column, case_sensitive=False).field_id
 
-    def data_files(self) -> list[str]:
-        """Plain local paths of the data files of the current snapshot."""
+    def data_files(self, buckets: frozenset[int] | None = None) -> list[str]:
+        """Plain local paths of the data files of the current snapshot; with `buckets`, only those that may hold
+        rows of these buckets (`tables.rowsets.may_hold_buckets`)."""
         if self.iceberg.current_snapshot() is None:
             return []
-        return [_plain_path(f.file_path) for f in live_data_files(self.iceberg) if f.record_count > 0]
+        return [
+            _plain_path(f.file_path)
+            for f in live_data_files(self.iceberg)
+            if f.record_count > 0 and may_hold_buckets(self.iceberg, f, buckets)
+        ]
 
     def rowsets(self) -> list[Rowset]:
         """The rowsets of the current snapshot, oldest first (see `tables.rowsets`)."""
@@ -71,6 +78,17 @@ class TableHandle:
     @property
     def location(self) -> Path:
         return Path(_plain_path(self.iceberg.location()))
+
+
+# the first partition field id Iceberg assigns (field ids of partition fields start above the schema's)
+PARTITION_FIELD_ID = 1000
+
+
+def bucket_spec(source_id: int) -> PartitionSpec:
+    """A bucketed table's partition spec: identity on `BUCKET_COL` (room for Doris partition fields before it)."""
+    return PartitionSpec(
+        PartitionField(source_id=source_id, field_id=PARTITION_FIELD_ID, transform=IdentityTransform(), name=BUCKET_COL)
+    )
 
 
 def _plain_path(uri: str) -> str:
@@ -153,6 +171,10 @@ class Catalog:
             NestedField(field_id=i, name=col.name, field_type=col.type.iceberg_type(), required=False)
             for i, col in enumerate(definition.all_columns(), start=1)
         ]
+        spec = UNPARTITIONED_PARTITION_SPEC
+        if definition.bucketed:
+            fields.append(NestedField(field_id=len(fields) + 1, name=BUCKET_COL, field_type=IntegerType()))
+            spec = bucket_spec(len(fields))
         with self._ddl_lock:
             if self._iceberg.table_exists((definition.db, definition.name)):
                 if if_not_exists:
@@ -161,6 +183,7 @@ class Catalog:
             self._iceberg.create_table(
                 (definition.db, definition.name),
                 schema=Schema(*fields),
+                partition_spec=spec,
                 location=f"file://{self._new_location()}",
                 properties={DEFINITION_PROPERTY: definition.to_json(), "format-version": "2"},
             )

@@ -25,9 +25,11 @@ from pathlib import Path
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.table import Transaction
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
+from pyiceberg.typedef import Record
 
 from tables.catalog import VERSION_PROPERTY, BrokenTable, Catalog, TableHandle
 from tables.errors import (
@@ -44,15 +46,17 @@ from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
     DELETE_FILE_PREFIX,
+    Partition,
     RowDelta,
     delete_file_entry,
     live_delete_files,
     referenced_data_paths,
+    split_by_partition,
     tombstone_positions,
     write_position_deletes,
 )
 from tables.rowset import restamp_version
-from tables.rowsets import RowsetsChanged, live_data_files, plain_path
+from tables.rowsets import RowsetsChanged, live_data_files, partition_of, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
 
@@ -460,13 +464,14 @@ class TableWriter:
         change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
         *,
         schema: bool = True,
+        iceberg: Callable[[Transaction], None] | None = None,
     ) -> TableDef:
         """Apply a metadata change in its own version turn: every load before it has committed. A schema
         change (`schema`) also fails every load planned against the old schema that commits after it
         (`SchemaChanged`); a DELETE predicate does not (later loads are not affected by it).
 
         `change` gets the current definition and the change's version and returns the new definition and
-        the Iceberg column operations; both land in one Iceberg commit.
+        the Iceberg column operations; both land in one Iceberg commit, with what `iceberg` adds to it.
         """
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
@@ -483,6 +488,8 @@ class TableWriter:
                     if ops:
                         with tx.update_schema() as update:
                             apply_ops(update, ops)
+                    if iceberg is not None:
+                        iceberg(tx)
                     tx.set_properties({DEFINITION_PROPERTY: new.to_json()})
                 turnstile.last_metadata = handle.iceberg.metadata_location
                 return new
@@ -690,24 +697,43 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
     if handle.definition.positional:
         hidden = write_position_deletes(pending.directory, tombstone_positions(pending.files, DELETE_SIGN))
         deletes += [hidden] if hidden else []
-        _fsync_files(deletes, pending.directory)
+    placed: list[tuple[str, Partition]] = []
+    if deletes:
+        table = handle.iceberg
+        added = [parquet_file_to_data_file(table.io, table.metadata, path) for path in pending.files]
+        placed = split_by_partition(deletes, partitions_of(table, added), default_partition(table))
+        _fsync_files([path for path, _ in placed], pending.directory)
     for attempt in range(3):
         try:
             with _CachedMetadataTransaction(handle.iceberg) as tx:
-                if not deletes:
+                if not placed:
                     tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
                 else:
                     with RowDelta(tx, summary) as delta:
                         for path in pending.files:
                             delta.add(parquet_file_to_data_file(tx._table.io, tx.table_metadata, path))
-                        for path in deletes:
-                            delta.add(delete_file_entry(path))
+                        for path, partition in placed:
+                            delta.add(delete_file_entry(path, partition))
             return
         except CommitFailedException:
             if attempt == 2:
                 raise
             # a commit to a re-created table fails pyiceberg's uuid requirement: the refresh must not adopt it
             refresh_same_table(handle, pending.table_uuid or table_identity(handle))
+
+
+def partitions_of(table: Table, added: list[DataFile]) -> dict[str, Partition]:
+    """The partition of every data file a delete of this commit may name: the live ones and those it adds."""
+    out = {f.file_path: partition_of(table, f) for f in live_data_files(table)}
+    spec_id = table.metadata.default_spec_id  # what the commit adds takes the default spec
+    out.update((f.file_path, (spec_id, f.partition)) for f in added)
+    return out
+
+
+def default_partition(table: Table) -> Partition:
+    """Where a delete naming a file that is no longer live goes: the default spec's "no bucket" partition."""
+    spec = table.spec()
+    return spec.spec_id, Record(*[None] * len(spec.fields))
 
 
 def rowset_files(directory: Path) -> list[str]:
@@ -740,12 +766,14 @@ def replace_files(handle: TableHandle, pending: PendingRewrite, deletes: list[st
     definition = pending.definition or handle.definition
     added_deletes = list(deletes or [])
     applied: list[str] = []
+    placed: list[tuple[str, Partition]] = []
     if definition.positional:
         hidden = write_position_deletes(
             pending.directory, tombstone_positions([plain_path(f.file_path) for f in kept], DELETE_SIGN)
         )
         added_deletes += [hidden] if hidden else []
-        _fsync_files(added_deletes, pending.directory)
+        placed = split_by_partition(added_deletes, partitions_of(table, kept), default_partition(table))
+        _fsync_files([path for path, _ in placed], pending.directory)
         applied = [
             f.file_path for f in live_delete_files(table) if referenced_data_paths(plain_path(f.file_path)) <= wanted
         ]
@@ -755,13 +783,13 @@ def replace_files(handle: TableHandle, pending: PendingRewrite, deletes: list[st
         VERSION_PROPERTY: str(handle.current_version()),
     }
     with table.transaction() as tx:
-        if old or kept or added_deletes or applied:
+        if old or kept or placed or applied:
             with RowDelta(tx, summary) as delta:
                 delta.remove([f.file_path for f in old] + applied)
                 for data_file in kept:
                     delta.add(data_file)
-                for path in added_deletes:
-                    delta.add(delete_file_entry(path))
+                for path, partition in placed:
+                    delta.add(delete_file_entry(path, partition))
         if pending.definition is not None:
             tx.set_properties({DEFINITION_PROPERTY: pending.definition.to_json()})
 

@@ -17,7 +17,12 @@ VERSION_COL = "__DORIS_VERSION_COL__"
 SEQUENCE_COL = "__DORIS_SEQUENCE_COL__"
 HIDDEN_PREFIX = "__DORIS_"
 # the storage format new tables get (`TableDef.storage_format`); older merge-on-write tables are converted at start
-STORAGE_FORMAT = 2
+POSITIONAL_FORMAT = 2  # merge-on-write unique tables keep one live row per key (`TableDef.positional`)
+BUCKETED_FORMAT = 3  # every file holds one bucket, named in the Iceberg partition spec (`TableDef.bucketed`)
+STORAGE_FORMAT = BUCKETED_FORMAT
+# the Iceberg column (not a Doris column: no statement sees it) holding a file's bucket, the source of the
+# identity partition field; NULL in a file that holds rows of several buckets (a small load's)
+BUCKET_COL = "__DORIS_BUCKET__"
 
 DEFINITION_PROPERTY = "doris.definition"
 
@@ -103,7 +108,8 @@ class TableDef(BaseModel):
     alter_jobs: tuple[AlterJob, ...] = ()
     delete_predicates: tuple[DeletePredicate, ...] = ()
     # how the table's files hold its rows: 1 (every release before issue 18) appends rowsets that reads merge;
-    # 2 keeps merge-on-write unique tables merged in Iceberg's own terms (`positional`); see `STORAGE_FORMAT`
+    # 2 keeps merge-on-write unique tables merged in Iceberg's own terms (`positional`); 3 adds the bucket to
+    # the Iceberg partition spec (`bucketed`); see `STORAGE_FORMAT`
     storage_format: int = 1
 
     # -- columns -------------------------------------------------------------------------
@@ -188,8 +194,23 @@ class TableDef(BaseModel):
             self.is_unique
             and self.merge_on_write
             and not self.sequence_mapping
-            and self.storage_format >= STORAGE_FORMAT
+            and self.storage_format >= POSITIONAL_FORMAT
         )
+
+    @property
+    def bucketed(self) -> bool:
+        """The table's Iceberg schema has `BUCKET_COL` and its partition spec an identity field on it: reads and
+        lookups of some keys open only the files of their buckets (and the files of no single bucket)."""
+        return self.storage_format >= BUCKETED_FORMAT
+
+    @property
+    def distribution_columns(self) -> tuple[str, ...]:
+        """The columns whose hash picks a row's bucket: `DISTRIBUTED BY HASH(...)`, else the key. A unique or
+        aggregate table's rows of one key always share a bucket (Doris requires its distribution columns to be
+        keys; the key is used when they are not)."""
+        if self.bucket_columns and (self.is_duplicate or set(self.bucket_columns) <= set(self.key_columns)):
+            return self.bucket_columns
+        return self.key_columns
 
     def sequence_group(self, column: str) -> str | None:
         """The mapped sequence column ordering `column` (itself for a sequence column), if any."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -98,9 +98,38 @@ def positions_table(file_path: str, positions: Sequence[int]) -> pa.Table:
     )
 
 
-def delete_file_entry(path: str, *, spec_id: int = 0) -> DataFile:
-    """The manifest entry of a position delete file: its row count, size and (from the Parquet statistics) the
-    bounds of the paths and positions it names, which readers prune with."""
+Partition = tuple[int, Record]  # a file's partition as Iceberg matches deletes to data: spec id, partition tuple
+
+
+def split_by_partition(
+    paths: Sequence[str], partitions: Mapping[str, Partition], default: Partition
+) -> list[tuple[str, Partition]]:
+    """Position delete files, each with the partition of the data files it names (Iceberg readers apply a delete
+    file to the data files of its own partition, unless it names one file only): a file naming data files of
+    several partitions is split into one file per partition, beside it, and removed. `partitions` maps the data
+    files' paths (as manifests record them) to theirs; a path not in it (a file no longer live) takes `default`."""
+    out: list[tuple[str, Partition]] = []
+    for path in paths:
+        rows = pq.read_table(path, columns=["file_path", "pos"])
+        groups: dict[Partition, list[str]] = {}
+        for target in pa.compute.unique(rows.column("file_path")).to_pylist():
+            groups.setdefault(partitions.get(target, default), []).append(target)
+        if len(groups) <= 1:
+            out.append((path, next(iter(groups), default)))
+            continue
+        for partition, targets in groups.items():
+            part = rows.filter(pa.compute.is_in(rows.column("file_path"), value_set=pa.array(targets, pa.string())))
+            written = write_position_deletes(Path(path).parent, part)
+            assert written is not None, "a group names at least one row"
+            out.append((written, partition))
+        Path(path).unlink()
+    return out
+
+
+def delete_file_entry(path: str, partition: Partition | None = None) -> DataFile:
+    """The manifest entry of a position delete file, in `partition` (`split_by_partition`): its row count, size
+    and (from the Parquet statistics) the bounds of the paths and positions it names, which readers prune with."""
+    spec_id, values = partition if partition is not None else (0, Record())
     meta = pq.read_metadata(path)
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
@@ -109,11 +138,11 @@ def delete_file_entry(path: str, *, spec_id: int = 0) -> DataFile:
         if stats and all(s is not None and s.has_min_max for s in stats):
             lower[field_id] = to_bytes(kind, min(s.min for s in stats))
             upper[field_id] = to_bytes(kind, max(s.max for s in stats))
-    return DataFile.from_args(
+    entry = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
         file_format=FileFormat.PARQUET,
-        partition=Record(),
+        partition=values,
         record_count=meta.num_rows,
         file_size_in_bytes=os.path.getsize(path),
         column_sizes={},
@@ -128,6 +157,8 @@ def delete_file_entry(path: str, *, spec_id: int = 0) -> DataFile:
         spec_id=spec_id,
         key_metadata=None,
     )
+    entry.spec_id = spec_id  # `from_args` leaves the inherited field unset
+    return entry
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
@@ -190,23 +221,25 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         finally:
             self._added_data_files = added
 
-    def _writer(self, content: ManifestContent) -> ManifestWriter:
+    def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+        """A manifest writer for one content and one partition spec (a manifest holds files of one spec)."""
         if content == ManifestContent.DATA:
-            return self.new_manifest_writer(self.spec(0))
-        metadata = self._transaction.table_metadata
+            return self.new_manifest_writer(self.spec(spec_id))
         return _DeleteManifestWriter(
-            metadata.spec(), metadata.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
+            self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
         )
 
     def _manifests(self) -> list[ManifestFile]:
         out: list[ManifestFile] = []
-        for content, files in (
-            (ManifestContent.DATA, self._added_data_files),
-            (ManifestContent.DELETES, self._added_deletes),
-        ):
-            if not files:
-                continue
-            with self._writer(content) as writer:
+        added: dict[tuple[ManifestContent, int], list[DataFile]] = {}
+        for data_file in self._added_data_files:  # written for the default spec (`parquet_file_to_data_file`)
+            added.setdefault((ManifestContent.DATA, self._transaction.table_metadata.default_spec_id), []).append(
+                data_file
+            )
+        for data_file in self._added_deletes:  # in the partition of the files they name (`delete_file_entry`)
+            added.setdefault((ManifestContent.DELETES, data_file.spec_id), []).append(data_file)
+        for (content, spec_id), files in added.items():
+            with self._writer(content, spec_id) as writer:
                 for data_file in files:
                     writer.add_entry(
                         ManifestEntry.from_args(
@@ -223,13 +256,13 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
 
     def _existing(self) -> list[ManifestFile]:
         """The parent's manifests: kept as they are, or rewritten without the removed files (a manifest left
-        with nothing is dropped); the removed entries are recorded DELETED in one manifest per content."""
+        with nothing is dropped); the removed entries are recorded DELETED in one manifest per content and spec."""
         parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
         if parent is None:
             return []
         out: list[ManifestFile] = []
         removed = self._removed_paths
-        gone: dict[ManifestContent, list[ManifestEntry]] = {}
+        gone: dict[tuple[ManifestContent, int], list[ManifestEntry]] = {}
         for manifest in parent.manifests(self._io):
             if not removed:
                 if manifest.has_added_files() or manifest.has_existing_files():
@@ -241,16 +274,19 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                 if entries:
                     out.append(manifest)
                 continue
-            gone.setdefault(manifest.content, []).extend(e for e in entries if e.data_file.file_path in removed)
+            spec_id = manifest.partition_spec_id
+            gone.setdefault((manifest.content, spec_id), []).extend(
+                e for e in entries if e.data_file.file_path in removed
+            )
             if not kept:
                 continue
-            with self._writer(manifest.content) as writer:
+            with self._writer(manifest.content, spec_id) as writer:
                 for entry in kept:
                     writer.existing(entry)
             out.append(writer.to_manifest_file())
-        for content, dropped in gone.items():
+        for (content, spec_id), dropped in gone.items():
             self._deleted_data_files.update(e.data_file for e in dropped)
-            with self._writer(content) as writer:
+            with self._writer(content, spec_id) as writer:
                 for entry in dropped:
                     writer.delete(entry)
             out.append(writer.to_manifest_file())

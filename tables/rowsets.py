@@ -7,7 +7,8 @@ rowset   the data files of the current snapshot that hold one contiguous range o
          because a merged row keeps only the largest version of its run.
 tablet   one bucket of the table. A rowset spans every bucket (a small load writes one file for
          several buckets), so the tablets of a table share its rowsets; tablet ids are derived from
-         the Iceberg table uuid, stable for the table's life.
+         the Iceberg table uuid, stable for the table's life. From storage format 3 a file's bucket is its
+         Iceberg partition (`file_bucket`): NULL for a file of several buckets.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import ValidationError
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
+from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType
 
 from tables.errors import DorisError
-from tables.model import DELETE_SIGN, VERSION_COL
+from tables.model import BUCKET_COL, DELETE_SIGN, VERSION_COL
 
 if TYPE_CHECKING:
     from tables.catalog import Catalog
@@ -174,6 +176,32 @@ def data_manifests(table: Table) -> list[ManifestFile]:
     if snapshot is None:
         return []
     return [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA]
+
+
+def partition_of(table: Table, data_file: DataFile) -> tuple[int, Record]:
+    """A data file's partition as Iceberg matches position deletes to it: its spec id and partition tuple."""
+    return data_file.spec_id or 0, data_file.partition if data_file.partition is not None else Record()
+
+
+def file_bucket(table: Table, data_file: DataFile) -> int | None:
+    """The bucket every row of the file is in, or None: a file of several buckets (a small load's), or one
+    written before the table was bucketed (its spec has no bucket field)."""
+    spec = table.specs().get(data_file.spec_id or 0)
+    if spec is None or data_file.partition is None:
+        return None
+    for index, field in enumerate(spec.fields):
+        if field.name == BUCKET_COL and index < len(data_file.partition):
+            value = data_file.partition[index]
+            return int(value) if value is not None else None
+    return None
+
+
+def may_hold_buckets(table: Table, data_file: DataFile, buckets: frozenset[int] | None) -> bool:
+    """Whether the file may hold rows of these buckets (any file, when `buckets` is None)."""
+    if buckets is None:
+        return True
+    bucket = file_bucket(table, data_file)
+    return bucket is None or bucket in buckets
 
 
 def sign_field_id(table: Table) -> int | None:

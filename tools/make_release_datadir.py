@@ -1,7 +1,10 @@
-"""Write a data directory with release 3806a04 (the storage before merge-on-write was rebuilt, issue 18) and pack it
-as `tests/data/releases/3806a04.tar.gz`, with the answers that release gave in `tests/data/releases/3806a04.json`.
+"""Write a data directory with an earlier release and pack it as `tests/data/releases/<release>.tar.gz`, with the
+answers that release gave in `tests/data/releases/<release>.json`.
 
-    /work/main/.venv/bin/python tools/make_release_datadir.py
+    .venv/bin/python tools/make_release_datadir.py [RELEASE]
+
+RELEASE defaults to 3806a04 (storage format 1: before merge-on-write was rebuilt, issue 18); 9e19b2b is storage
+format 2 (position deletes, before the bucket was in the partition spec).
 
 The release is checked out into a temporary git worktree and served from there (`python -m app`, run by this
 interpreter with the worktree as its working directory), on a data dir at a fixed absolute path: Iceberg metadata
@@ -31,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # run as a script: the test helpers live beside i
 
 from tests.server_process import ServerProcess  # noqa: E402
 
-RELEASE = "3806a04"
+RELEASE = sys.argv[1] if len(sys.argv) > 1 else "3806a04"
 DB = "up"
 DATA_DIR = Path(f"/tmp/sl-release-{RELEASE}/data")
 OUT = ROOT / "tests" / "data" / "releases"

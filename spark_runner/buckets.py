@@ -1,0 +1,115 @@
+"""Buckets in the files: each data file of a bucketed table (`TableDef.bucketed`) holds one bucket, or says that it
+holds several.
+
+A row's bucket is `pmod(hash(distribution columns), buckets)` over its stored values: the partition Spark's
+`repartition(buckets, columns)` sends it to, so a big rowset written with one Spark partition per bucket has one
+bucket per task. The bucket is written into the file as `BUCKET_COL` (an Iceberg column no statement sees, the
+source of the table's identity partition field), so the file's partition comes from its own statistics when it is
+registered. Spark's writer splits each task's rows by bucket (`partitionBy` on a copy of the column), so a file
+holds one bucket however the job's last shuffle partitioned them (a small load's one task writes a file per
+bucket); the files are then moved out of Spark's partition directories, their bucket in their names. A tiny
+rowset written in the server's process (`small_rowset`) is one file of any bucket: NULL there, the partition of
+"any bucket", which every lookup reads.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_runner.sqltext import lit, q, storage_type_sql
+from tables.catalog import TableHandle
+from tables.model import BUCKET_COL, TableDef
+
+_SPLIT = "__sl_bucket"  # the copy Spark's writer splits by (and drops from the files)
+
+
+def bucket_sql(table: TableDef, *, per_bucket: bool) -> str:
+    """SQL for a row's bucket (every bucket is 0 in a one-bucket table), or NULL without `per_bucket` (a file of
+    several buckets). The values are hashed in their storage
+    types (an INT key and a BIGINT one hash differently), whatever types the row has yet."""
+    if table.buckets == 1:
+        return "CAST(0 AS INT)"
+    if not per_bucket or not table.distribution_columns:
+        return "CAST(NULL AS INT)"
+    values = ", ".join(_stored_sql(table, table.distribution_columns))
+    return f"CAST(pmod(hash({values}), {table.buckets}) AS INT)"
+
+
+def _stored_sql(table: TableDef, columns: Iterable[str]) -> list[str]:
+    by_name = {c.name: c for c in table.all_columns()}
+    return [f"CAST({q(c)} AS {storage_type_sql(by_name[c].type)})" for c in columns]
+
+
+def stored_values(table: TableDef, columns: Iterable[str]) -> list[Column]:
+    """The columns in their storage types: `repartition(buckets, *stored_values(...))` puts a row in the Spark
+    partition numbered by its bucket (Spark's hash partitioning is `pmod(hash(...), n)`)."""
+    return [F.expr(sql) for sql in _stored_sql(table, columns)]
+
+
+def with_bucket(df: DataFrame, table: TableDef, field_id: int, *, per_bucket: bool) -> DataFrame:
+    """`df` (the rowset's stored columns) with `BUCKET_COL` added, carrying its Iceberg field id."""
+    column = F.expr(bucket_sql(table, per_bucket=per_bucket))
+    return df.withColumn(BUCKET_COL, column.alias(BUCKET_COL, metadata={"parquet.field.id": field_id}))
+
+
+def stored_field_ids(handle: TableHandle, table: TableDef | None = None) -> dict[str, int]:
+    """The Iceberg field id of every stored column (the table's columns, hidden ones and `BUCKET_COL`), for the
+    handle's definition or `table`."""
+    table = table or handle.definition
+    names = [c.name for c in table.all_columns()] + ([BUCKET_COL] if table.bucketed else [])
+    return {name: handle.field_id(name) for name in names}
+
+
+def write_rows(out: DataFrame, directory: Path, table: TableDef, *, sort: Iterable[str]) -> None:
+    """Write the rowset's rows into a new `directory` as Parquet, sorted by `sort` within each file; a bucketed
+    table's files hold one bucket each (or several, when the bucket is NULL)."""
+    order = [F.col(q(c)) for c in sort]
+    if not table.bucketed:
+        (out.sortWithinPartitions(*order) if order else out).write.mode("errorifexists").parquet(str(directory))
+        return
+    split = out.withColumn(_SPLIT, F.col(q(BUCKET_COL))).sortWithinPartitions(F.col(_SPLIT), *order)
+    split.write.partitionBy(_SPLIT).mode("errorifexists").parquet(str(directory))
+    _flatten(directory)
+
+
+def _flatten(directory: Path) -> None:
+    """Move the files out of Spark's partition directories (`__sl_bucket=3/`), the bucket in their names."""
+    for part in sorted(directory.glob(f"{_SPLIT}=*")):
+        tag = part.name.split("=", 1)[1]
+        prefix = f"b{tag}-" if tag.isdigit() else "bx-"
+        for path in part.glob("*.parquet"):
+            path.rename(directory / f"{prefix}{path.name}")
+        shutil.rmtree(part)  # Spark's checksum files
+
+
+def key_buckets(spark: SparkSession, table: TableDef, keys: Iterable[dict[str, Any]]) -> frozenset[int] | None:
+    """The buckets of these distribution-column values (literals, evaluated by Spark's constant folding: no job),
+    or None when any value is unknown (a NULL, a column missing): every bucket, then."""
+    columns = table.distribution_columns
+    if not table.bucketed or not columns:
+        return None
+    by_name = {c.name: c for c in table.all_columns()}
+    exprs: list[str] = []
+    for values in keys:
+        if any(values.get(c) is None for c in columns):
+            return None
+        casts = ", ".join(f"CAST({_literal(values[c])} AS {storage_type_sql(by_name[c].type)})" for c in columns)
+        exprs.append(f"pmod(hash({casts}), {table.buckets})")
+    if not exprs:
+        return frozenset()
+    try:
+        row = spark.sql("SELECT " + ", ".join(exprs)).collect()[0]
+    except PySparkException:  # a value its column's type cannot hold: no row can equal it, but read every bucket
+        return None
+    return frozenset(int(v) for v in row)
+
+
+def _literal(value: Any) -> str:
+    return str(int(value)) if isinstance(value, int) else lit(str(value))

@@ -1,0 +1,99 @@
+"""The values a query's filter pins a table's distribution columns to, so that its view reads only their buckets.
+
+A point lookup (`SELECT ... FROM t WHERE k = 17`) of a bucketed table (`TableDef.bucketed`) needs the files of
+one bucket. The filter must pin every distribution column with `=` or `IN` to literals of the column's own kind
+(integer literals for integer columns, string literals for VARCHAR / STRING columns: a comparison that converts
+types could equal stored values of other buckets), in the WHERE of the SELECT that reads the table alone (no
+join). Anything else reads every bucket.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from sqlglot import exp
+
+from tables.model import TableDef
+
+MAX_PINNED = 64  # combinations of pinned values beyond which every bucket is read
+
+
+def pinned_keys(table: exp.Table, definition: TableDef) -> list[dict[str, Any]] | None:
+    """The distribution-column values rows of `table` must hold to pass its query's filter, or None."""
+    columns = definition.distribution_columns
+    if not definition.bucketed or definition.buckets <= 1 or not columns:
+        return None
+    source = table.parent
+    select = source.parent if isinstance(source, exp.From) else None
+    if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("laterals"):
+        return None
+    where = select.args.get("where")
+    if not isinstance(where, exp.Where):
+        return None
+    names = {table.name.lower(), table.alias_or_name.lower()}
+    kinds = {c.name.lower(): c for c in definition.all_columns()}
+    pinned: dict[str, list[Any]] = {}
+    for term in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
+        found = _pinned_values(term, names)
+        if found is None:
+            continue
+        name, values = found
+        column = kinds.get(name)
+        if column is None or not all(_same_kind(column.type.is_integer, column.type.name, v) for v in values):
+            continue
+        pinned[name] = sorted(set(values), key=repr)
+    if not all(c.lower() in pinned for c in columns):
+        return None
+    combos = itertools.product(*[pinned[c.lower()] for c in columns])
+    keys = [dict(zip(columns, values, strict=True)) for values in itertools.islice(combos, MAX_PINNED + 1)]
+    return keys if len(keys) <= MAX_PINNED else None
+
+
+def _pinned_values(term: exp.Expression, names: set[str]) -> tuple[str, list[Any]] | None:
+    """`col = literal` / `literal = col` / `col IN (literals)` on this table's column: its name and the values."""
+    if isinstance(term, exp.Paren):
+        return _pinned_values(term.this, names)
+    if isinstance(term, exp.EQ):
+        left, right = term.this, term.expression
+        if isinstance(right, exp.Column):
+            left, right = right, left
+        value = _literal(right)
+        column = _own_column(left, names)
+        return (column, [value]) if column is not None and value is not None else None
+    if isinstance(term, exp.In) and not term.args.get("query") and not term.args.get("unnest"):
+        column = _own_column(term.this, names)
+        values = [_literal(v) for v in term.expressions]
+        if column is None or not values or any(v is None for v in values):
+            return None
+        return column, values
+    return None
+
+
+def _own_column(node: exp.Expression, names: set[str]) -> str | None:
+    if not isinstance(node, exp.Column) or node.args.get("db") or node.args.get("catalog"):
+        return None
+    if node.table and node.table.lower() not in names:
+        return None
+    return node.name.lower()
+
+
+def _literal(node: exp.Expression) -> int | str | None:
+    """An integer or string literal's value (a negated integer too); None for anything else."""
+    negative = isinstance(node, exp.Neg)
+    if negative:
+        node = node.this
+    if not isinstance(node, exp.Literal):
+        return None
+    if node.is_string:
+        return None if negative else str(node.this)
+    text = str(node.this)
+    if not text.isdigit():
+        return None
+    return -int(text) if negative else int(text)
+
+
+def _same_kind(is_integer: bool, type_name: str, value: int | str) -> bool:
+    if is_integer:
+        return isinstance(value, int)
+    return type_name in ("VARCHAR", "STRING") and isinstance(value, str)
