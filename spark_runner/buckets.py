@@ -14,6 +14,7 @@ rowset written in the server's process (`small_rowset`) is one file of any bucke
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -89,21 +90,27 @@ def _flatten(directory: Path) -> None:
         shutil.rmtree(part)  # Spark's checksum files
 
 
-def key_buckets(spark: SparkSession, table: TableDef, keys: Iterable[dict[str, Any]]) -> frozenset[int] | None:
-    """The buckets of these distribution-column values (literals, evaluated by Spark's constant folding: no job),
-    or None when any value is unknown (a NULL, a column missing): every bucket, then."""
+MAX_KEYS = 64  # combinations of values beyond which every bucket is read
+
+
+def key_buckets(spark: SparkSession, table: TableDef, pinned: dict[str, list[Any]]) -> frozenset[int] | None:
+    """The buckets of rows whose columns hold the `pinned` values (every combination, evaluated by Spark's constant
+    folding: no job), or None, every bucket, when a distribution column is not pinned or holds NULL."""
     columns = table.distribution_columns
-    if not table.bucketed or not columns:
+    if not table.bucketed or table.buckets <= 1 or not columns or any(c not in pinned for c in columns):
         return None
-    by_name = {c.name: c for c in table.all_columns()}
-    exprs: list[str] = []
-    for values in keys:
-        if any(values.get(c) is None for c in columns):
-            return None
-        casts = ", ".join(f"CAST({_literal(values[c])} AS {storage_type_sql(by_name[c].type)})" for c in columns)
-        exprs.append(f"pmod(hash({casts}), {table.buckets})")
-    if not exprs:
+    combos = list(itertools.islice(itertools.product(*[pinned[c] for c in columns]), MAX_KEYS + 1))
+    if len(combos) > MAX_KEYS or any(v is None for combo in combos for v in combo):
+        return None
+    if not combos:
         return frozenset()
+    by_name = {c.name: c for c in table.all_columns()}
+    exprs = []
+    for combo in combos:
+        casts = ", ".join(
+            f"CAST({_literal(v)} AS {storage_type_sql(by_name[c].type)})" for c, v in zip(columns, combo, strict=True)
+        )
+        exprs.append(f"pmod(hash({casts}), {table.buckets})")
     try:
         row = spark.sql("SELECT " + ", ".join(exprs)).collect()[0]
     except PySparkException:  # a value its column's type cannot hold: no row can equal it, but read every bucket

@@ -42,6 +42,7 @@ from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
 from tables.row_delta import write_position_deletes
+from tables.rowsets import FileFilter
 
 POS = "__pos"
 LINE = "__line"
@@ -55,8 +56,8 @@ QUOTED = lit('^"(.*)"$')  # trim_double_quotes: one pair of outer double quotes
 
 log = logging.getLogger(__name__)
 
-# the stored rows a load reads, for the buckets it writes (None: every bucket)
-StoredRows = Callable[[frozenset[int] | None], DataFrame]
+# the stored rows a load reads, from the files that may hold the keys it writes (None: every file)
+StoredRows = Callable[[FileFilter | None], DataFrame]
 
 
 @dataclass(frozen=True)
@@ -672,7 +673,8 @@ def run_load_job(
     stored_rows: DataFrame | None = None
     if stored is not None and table.positional and small_rowset.is_small(source):
         values, touched = keys_of_batch(good, table)
-        stored_rows = only_keys(stored(touched), keys[0], values)
+        wanted = FileFilter(buckets=touched, values=((keys[0], tuple(values)),))
+        stored_rows = only_keys(stored(wanted), keys[0], values)
     elif stored is not None:
         stored_rows = stored(None)
     if stored_rows is not None and table.positional:

@@ -35,7 +35,7 @@ from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 from tables.row_delta import live_delete_files
-from tables.rowsets import plain_path
+from tables.rowsets import FileFilter, plain_path
 
 log = logging.getLogger(__name__)
 
@@ -243,18 +243,18 @@ def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | Non
 
 
 def merged_rows(
-    spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False, buckets: frozenset[int] | None = None
+    spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False, wanted: FileFilter | None = None
 ) -> DataFrame:
     """The table as queries see it: one row per key (unique), delete-signed keys hidden unless asked.
 
     A positional table reads its live rows and merges nothing; with `show_hidden` its winning delete-signed
     rows are shown too (merged with the live ones: the only merge left, for a debugging variable). With
-    `buckets`, only the rows of those buckets need be right (a query whose filter holds no other): the files of
-    other buckets stay unread.
+    `wanted`, only the keys it asks for need be right (a query whose filter keeps no other): the files that
+    cannot hold them stay unread.
     """
     table = handle.definition
     seq = q(SEQUENCE_COL) if table.has_sequence else None
-    files = handle.data_files(buckets) if buckets is not None else None
+    files = handle.data_files(wanted) if wanted is not None else None
     if table.positional and not show_hidden:
         df = live_rows(spark, handle, files)
     elif table.positional:
@@ -284,12 +284,18 @@ class QueryViews:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.drop()
 
-    def merged_view(self, handle: TableHandle, *, show_hidden: bool, keys: list[dict[str, Any]] | None = None) -> str:
-        """A new view of the table's merged rows (`merged_rows`); returns its name. `keys`: the only values of the
-        distribution columns the query can keep (its filter says so); the view then reads their buckets only."""
+    def merged_view(self, handle: TableHandle, *, show_hidden: bool, pinned: dict[str, list[Any]] | None = None) -> str:
+        """A new view of the table's merged rows (`merged_rows`); returns its name. `pinned`: the only values of
+        some key columns the query can keep (its filter says so); the view then reads only the files that may
+        hold them: their buckets' (when every distribution column is pinned) and those whose bounds can."""
         view = f"__v_{uuid.uuid4().hex}"
-        buckets = key_buckets(self.spark, handle.definition, keys) if keys is not None else None
-        merged_rows(self.spark, handle, show_hidden=show_hidden, buckets=buckets).createOrReplaceTempView(view)
+        wanted = None
+        if pinned:
+            wanted = FileFilter(
+                buckets=key_buckets(self.spark, handle.definition, pinned),
+                values=tuple((column, tuple(values)) for column, values in pinned.items()),
+            )
+        merged_rows(self.spark, handle, show_hidden=show_hidden, wanted=wanted).createOrReplaceTempView(view)
         self.names.append(view)
         return view
 

@@ -41,7 +41,7 @@ from tables.commit import PendingRowset, TableWriter
 from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
-from tables.rowsets import live_data_files, plain_path
+from tables.rowsets import FileFilter, live_data_files, plain_path
 from tables.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -385,8 +385,8 @@ def run_rowset(
 def _lookup(spark: SparkSession, handle: TableHandle) -> StoredRows:
     """A positional table's lookup rows, read from the files of the given buckets only."""
 
-    def rows(buckets: frozenset[int] | None) -> DataFrame:
-        return lookup_rows(spark, handle, handle.data_files(buckets))
+    def rows(wanted: FileFilter | None) -> DataFrame:
+        return lookup_rows(spark, handle, handle.data_files(wanted))
 
     return rows
 

@@ -1,29 +1,25 @@
-"""The values a query's filter pins a table's distribution columns to, so that its view reads only their buckets.
+"""The values a query's filter pins a table's key columns to, so that its view reads only the files that may hold
+them.
 
-A point lookup (`SELECT ... FROM t WHERE k = 17`) of a bucketed table (`TableDef.bucketed`) needs the files of
-one bucket. The filter must pin every distribution column with `=` or `IN` to literals of the column's own kind
-(integer literals for integer columns, string literals for VARCHAR / STRING columns: a comparison that converts
-types could equal stored values of other buckets), in the WHERE of the SELECT that reads the table alone (no
-join). Anything else reads every bucket.
+A point lookup (`SELECT ... FROM t WHERE k = 17`) of a bucketed table (`TableDef.bucketed`) needs the files of one
+bucket, and of those only the ones whose Iceberg bounds of `k` hold 17. A column counts when the filter pins it with
+`=` or `IN` to literals of the column's own kind (integer literals for integer columns, string literals for
+VARCHAR / STRING columns: a comparison that converts types could equal stored values of other buckets), in the
+WHERE of the SELECT that reads the table alone (no join). Anything else reads every file.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from sqlglot import exp
 
 from tables.model import TableDef
 
-MAX_PINNED = 64  # combinations of pinned values beyond which every bucket is read
 
-
-def pinned_keys(table: exp.Table, definition: TableDef) -> list[dict[str, Any]] | None:
-    """The distribution-column values rows of `table` must hold to pass its query's filter, or None."""
-    columns = definition.distribution_columns
-    if not definition.bucketed or definition.buckets <= 1 or not columns:
-        return None
+def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]] | None:
+    """The values of key columns rows of `table` must hold to pass its query's filter (by the table's own column
+    names), or None when the filter pins none."""
     source = table.parent
     select = source.parent if isinstance(source, exp.From) else None
     if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("laterals"):
@@ -32,22 +28,18 @@ def pinned_keys(table: exp.Table, definition: TableDef) -> list[dict[str, Any]] 
     if not isinstance(where, exp.Where):
         return None
     names = {table.name.lower(), table.alias_or_name.lower()}
-    kinds = {c.name.lower(): c for c in definition.all_columns()}
+    # key columns only: every version of a row has its key's values, so a file whose bounds exclude them holds no
+    # version of a row the query keeps (a value column's bounds say nothing of a row's later versions)
+    keys = {c.name.lower(): c for c in definition.columns if c.is_key}
     pinned: dict[str, list[Any]] = {}
     for term in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
         found = _pinned_values(term, names)
-        if found is None:
+        if found is None or found[0] not in keys:
             continue
-        name, values = found
-        column = kinds.get(name)
-        if column is None or not all(_same_kind(column.type.is_integer, column.type.name, v) for v in values):
-            continue
-        pinned[name] = sorted(set(values), key=repr)
-    if not all(c.lower() in pinned for c in columns):
-        return None
-    combos = itertools.product(*[pinned[c.lower()] for c in columns])
-    keys = [dict(zip(columns, values, strict=True)) for values in itertools.islice(combos, MAX_PINNED + 1)]
-    return keys if len(keys) <= MAX_PINNED else None
+        column = keys[found[0]]
+        if all(_same_kind(column.type.is_integer, column.type.name, v) for v in found[1]):
+            pinned[column.name] = sorted(set(found[1]), key=repr)
+    return pinned or None
 
 
 def _pinned_values(term: exp.Expression, names: set[str]) -> tuple[str, list[Any]] | None:

@@ -27,7 +27,7 @@ from sqlglot.errors import ParseError
 
 from spark_runner.queries import QueryViews, collect_result
 from spark_runner.sqltext import lit
-from sql.bucket_filter import pinned_keys
+from sql.bucket_filter import pinned_values
 from sql.context import QueryLimits, SqlContext
 from sql.functions import ALLOWED_FUNCTIONS
 from sql.information_schema import INFORMATION_SCHEMA, information_schema_view
@@ -220,7 +220,7 @@ def bind_tables(
             handle = catalog.load(table_db or db, name)
         except DorisError as exc:
             raise SqlError(exc.message) from None
-        view = views.merged_view(handle, show_hidden=show_hidden, keys=pinned_keys(table, handle.definition))
+        view = views.merged_view(handle, show_hidden=show_hidden, pinned=pinned_values(table, handle.definition))
         if not table.alias:
             table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
         table.set("this", exp.to_identifier(view))

@@ -33,7 +33,7 @@ from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotF
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.paths import remove_tree
-from tables.rowsets import UNREADABLE, Rowset, live_data_files, may_hold_buckets, table_rowsets
+from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +51,15 @@ class TableHandle:
     def field_id(self, column: str) -> int:
         return self.iceberg.schema().find_field(column, case_sensitive=False).field_id
 
-    def data_files(self, buckets: frozenset[int] | None = None) -> list[str]:
-        """Plain local paths of the data files of the current snapshot; with `buckets`, only those that may hold
-        rows of these buckets (`tables.rowsets.may_hold_buckets`)."""
+    def data_files(self, wanted: FileFilter | None = None) -> list[str]:
+        """Plain local paths of the data files of the current snapshot; with `wanted`, only those that may hold
+        the rows it asks for (`tables.rowsets.may_hold`)."""
         if self.iceberg.current_snapshot() is None:
             return []
         return [
             _plain_path(f.file_path)
             for f in live_data_files(self.iceberg)
-            if f.record_count > 0 and may_hold_buckets(self.iceberg, f, buckets)
+            if f.record_count > 0 and may_hold(self.iceberg, f, wanted)
         ]
 
     def rowsets(self) -> list[Rowset]:

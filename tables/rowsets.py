@@ -20,7 +20,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from pyiceberg.conversions import from_bytes
@@ -28,7 +28,7 @@ from pyiceberg.exceptions import ValidationError
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
-from pyiceberg.types import IntegerType, LongType
+from pyiceberg.types import IntegerType, LongType, StringType
 
 from tables.errors import DorisError
 from tables.model import BUCKET_COL, DELETE_SIGN, VERSION_COL
@@ -196,12 +196,39 @@ def file_bucket(table: Table, data_file: DataFile) -> int | None:
     return None
 
 
-def may_hold_buckets(table: Table, data_file: DataFile, buckets: frozenset[int] | None) -> bool:
-    """Whether the file may hold rows of these buckets (any file, when `buckets` is None)."""
-    if buckets is None:
+@dataclass(frozen=True)
+class FileFilter:
+    """Which data files a read of some keys needs: those of some buckets (None: any), and those whose Iceberg
+    column bounds can hold one of the given values of each listed key column (integer and string columns; others
+    are not compared)."""
+
+    buckets: frozenset[int] | None = None
+    values: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+
+def may_hold(table: Table, data_file: DataFile, wanted: FileFilter | None) -> bool:
+    """Whether the file may hold rows `wanted` asks for (every file, when it is None)."""
+    if wanted is None:
         return True
-    bucket = file_bucket(table, data_file)
-    return bucket is None or bucket in buckets
+    if wanted.buckets is not None:
+        bucket = file_bucket(table, data_file)
+        if bucket is not None and bucket not in wanted.buckets:
+            return False
+    schema = table.schema()
+    for column, values in wanted.values:
+        field = schema.find_field(column, case_sensitive=False)
+        if not isinstance(field.field_type, (IntegerType, LongType, StringType)):
+            continue
+        lower = (data_file.lower_bounds or {}).get(field.field_id)
+        upper = (data_file.upper_bounds or {}).get(field.field_id)
+        if lower is None or upper is None:
+            continue
+        low, high = from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)
+        if any(v is not None and type(v) is not type(low) for v in values):
+            continue  # values of another kind do not compare: the file may hold them
+        if not any(v is not None and low <= v <= high for v in values) and None not in values:
+            return False
+    return True
 
 
 def sign_field_id(table: Table) -> int | None:
