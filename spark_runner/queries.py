@@ -333,7 +333,7 @@ def first_value(frame: DataFrame) -> Any:
 def rows_per_bucket(spark: SparkSession, handle: TableHandle) -> dict[int, int]:
     """Stored rows (all versions) per bucket: the hash of the key modulo the bucket count, as loads write."""
     table = handle.definition
-    keys = [F.col(q(k)) for k in (table.bucket_columns or table.key_columns)]
+    keys = [F.col(q(k)) for k in table.distribution_columns]
     if not handle.data_files():
         return {}
     df = read_rowsets(spark, handle)

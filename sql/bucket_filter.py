@@ -32,8 +32,10 @@ def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]
     # version of a row the query keeps (a value column's bounds say nothing of a row's later versions)
     keys = {c.name.lower(): c for c in definition.columns if c.is_key}
     pinned: dict[str, list[Any]] = {}
-    for term in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
-        found = _pinned_values(term, names)
+    condition = where.this
+    terms = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    for term in terms:
+        found = _pinned_values(term, names) if isinstance(term, exp.Expression) else None
         if found is None or found[0] not in keys:
             continue
         column = keys[found[0]]
