@@ -61,18 +61,26 @@ def with_bucket(df: DataFrame, table: TableDef, field_id: int, *, per_bucket: bo
 
 
 def stored_field_ids(handle: TableHandle, table: TableDef | None = None) -> dict[str, int]:
-    """The Iceberg field id of every stored column (the table's columns, hidden ones and `BUCKET_COL`), for the
-    handle's definition or `table`."""
+    """The Iceberg field id of every stored column (the table's columns, hidden ones and, when it is bucketed,
+    `BUCKET_COL`: the files get the bucket column exactly when this holds it), for the handle's definition or
+    `table`."""
     table = table or handle.definition
-    names = [c.name for c in table.all_columns()] + ([BUCKET_COL] if table.bucketed else [])
-    return {name: handle.field_id(name) for name in names}
+    ids = {c.name: handle.field_id(c.name) for c in table.all_columns()}
+    field = handle.iceberg.schema().find_field(BUCKET_COL) if table.bucketed and has_bucket_field(handle) else None
+    return ids | ({BUCKET_COL: field.field_id} if field is not None else {})
 
 
-def write_rows(out: DataFrame, directory: Path, table: TableDef, *, sort: Iterable[str]) -> None:
-    """Write the rowset's rows into a new `directory` as Parquet, sorted by `sort` within each file; a bucketed
-    table's files hold one bucket each (or several, when the bucket is NULL)."""
+def has_bucket_field(handle: TableHandle) -> bool:
+    """Whether the table's Iceberg schema has `BUCKET_COL` (a bucketed table's has, unless something other than
+    this server made it)."""
+    return any(f.name == BUCKET_COL for f in handle.iceberg.schema().fields)
+
+
+def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str]) -> None:
+    """Write the rowset's rows into a new `directory` as Parquet, sorted by `sort` within each file; rows with a
+    bucket column (`with_bucket`) are written one bucket per file (several, where the bucket is NULL)."""
     order = [F.col(q(c)) for c in sort]
-    if not table.bucketed:
+    if BUCKET_COL not in out.columns:
         (out.sortWithinPartitions(*order) if order else out).write.mode("errorifexists").parquet(str(directory))
         return
     split = out.withColumn(_SPLIT, F.col(q(BUCKET_COL))).sortWithinPartitions(F.col(_SPLIT), *order)

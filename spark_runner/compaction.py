@@ -170,9 +170,9 @@ def write_rowset(
     df = df.repartition(partitions, *stored_values(table, spread)) if partitions > 1 and spread else df.coalesce(1)
     ids = stored_field_ids(handle, table)
     out = with_field_ids(df, ids)
-    if table.bucketed:
+    if BUCKET_COL in ids:
         out = with_bucket(out, table, ids[BUCKET_COL], per_bucket=True)
-    write_rows(out, directory, table, sort=table.key_columns)
+    write_rows(out, directory, sort=table.key_columns)
     files = []
     for path in sorted(directory.glob("*.parquet")):
         target = path.with_name(range_file_name(start, end, path.name))

@@ -704,7 +704,7 @@ def run_load_job(
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
     out = with_field_ids(good.selectExpr(*storage_columns(plan, 0 if collected else version), *decision), field_ids)
-    if table.bucketed:
+    if BUCKET_COL in field_ids:
         # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
         out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
     deletes: list[str] = []
@@ -719,14 +719,14 @@ def run_load_job(
     elif decision:
         out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the rows and the deletes come from one computation
         try:
-            write_rows(out.where(WINS).drop(*decision), directory, table, sort=keys)
+            write_rows(out.where(WINS).drop(*decision), directory, sort=keys)
             files = rowset_files(directory)
             beaten = out.where(f"{WINS} AND {STORED_FILE} IS NOT NULL")
             deletes = write_deletes(beaten.selectExpr(f"{STORED_FILE} AS file_path", f"{STORED_POS} AS pos"), directory)
         finally:
             out.unpersist()
     else:
-        write_rows(out, directory, table, sort=keys)
+        write_rows(out, directory, sort=keys)
         files = rowset_files(directory)
     if partial_metrics is not None:
         found = partial_metrics.get
