@@ -81,6 +81,12 @@ def test_repeated_queries_of_small_loads_answer_each_change(doris: DorisClient, 
     check(doris, db, model, server_settings, touched_below=below)
     hidden = doris.rows(db, "SET show_hidden_columns = true; SELECT k, __DORIS_DELETE_SIGN__ FROM t WHERE k = 1201")
     assert hidden == [[1201, 1]]
+    # one statement reading the table twice reads one kept relation twice
+    pairs = doris.rows(db, "SELECT count(*), sum(a.s + b.s) FROM t a JOIN t b ON a.k = b.k + 1 WHERE a.k < 30")
+    live = dict((k, s) for k, _, s in model.live())
+    joined = [live[k] + live[k - 1] for k in live if k < 30 and k - 1 in live]
+    assert pairs == [[len(joined), sum(joined)]]
+    assert doris.rows(db, "SELECT count(*) FROM (SELECT k FROM t UNION ALL SELECT k FROM t) u") == [[2 * len(live)]]
 
     doris.sql(db, "ADMIN COMPACT TABLE t WHERE TYPE = 'CUMULATIVE'")
     check(doris, db, model, server_settings, touched_below=below)
