@@ -175,6 +175,7 @@ def _drop_positions(rows: DataFrame, gone: DataFrame, keep: str | None) -> DataF
 
 
 def _positions_frame(spark: SparkSession, by_file: Mapping[str, frozenset[int]]) -> DataFrame:
+    """Positions read in this process as a relation of `FILE`, `ROW` to join with."""
     paths = [path for path, rows in by_file.items() for _ in rows]
     rows = [row for positions in by_file.values() for row in positions]
     table = pa.table({FILE: pa.array(paths, pa.string()), ROW: pa.array(rows, pa.int64())})
@@ -358,15 +359,13 @@ def live_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None 
     return read_rowsets(spark, handle, files, deleted=deleted_positions(spark, handle), cache=True)
 
 
-def lookup_rows(
-    spark: SparkSession, handle: TableHandle, files: list[str] | None = None, *, cache: bool = False
-) -> DataFrame:
+def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
     """What a merge-on-write load compares against: the rows not superseded (no position delete names them)
     plus every delete-signed row, superseded or not (a deleted key keeps its sequence; a tombstone is always
     position-deleted so that foreign readers do not see it, and a superseded one always loses the merge to
     the row that superseded it). With `FILE` and `ROW`."""
     deleted = deleted_positions(spark, handle)
-    return read_rowsets(spark, handle, files, positions=True, deleted=deleted, tombstones=True, cache=cache)
+    return read_rowsets(spark, handle, files, positions=True, deleted=deleted, tombstones=True)
 
 
 def merged_rows(spark: SparkSession, handle: TableHandle, *, show_hidden: bool = False) -> DataFrame:
