@@ -253,8 +253,9 @@ class _Relations:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            if entry[0] is not spark._jsparkSession:
-                self._forget(key)
+            if entry[0] is not spark._jsparkSession:  # a new JVM: every entry of the old one is gone
+                for stale in [k for k, e in self._entries.items() if e[0] is not spark._jsparkSession]:
+                    self._forget(stale)
                 return None
             self._entries.move_to_end(key)
             return entry[1]

@@ -3,16 +3,24 @@
 Tiny data files are read in the server's process, their position deletes applied there, and the relation is
 kept for the next query of the same files (`spark_runner.queries.scan_files`). What a user sees: each query,
 asked twice in a row, answers the table as it is now, after a load, a DELETE, a compaction, a schema change or
-a two-phase commit; deleted keys keep their sequence and `show_hidden_columns` still shows them; pyiceberg's
-scan of the table agrees. Each table mixes files Spark reads (over 1,000 rows) with tiny ones.
+a two-phase commit, or with a new Spark JVM; deleted keys keep their sequence and `show_hidden_columns` still
+shows them; pyiceberg's scan of the table agrees. Each table mixes files Spark reads (over 1,000 rows) with
+tiny ones.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.helpers import DorisClient, assert_doris_result, table_handle
+from tests.server_process import ServerProcess
 
 DDL = (
     "CREATE TABLE t (k INT, v VARCHAR(20), s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
@@ -135,3 +143,39 @@ def test_small_loads_over_many_deleted_rows_answer_each_change(
     check(doris, db, model, server_settings, touched_below=10)
     hidden = doris.rows(db, "SET show_hidden_columns = true; SELECT k, __DORIS_DELETE_SIGN__ FROM t WHERE k = 5")
     assert hidden == [[5, 1]]
+
+
+def jvm_pids(server: ServerProcess) -> list[int]:
+    return [pid for pid in server.children() if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def backend_alive(server: ServerProcess) -> bool:
+    return bool(httpx.get(f"{server.base_url}/api/health", timeout=10).json()["data"]["online_backend_num"])
+
+
+def test_a_table_of_small_loads_answers_after_its_jvm_was_replaced(tmp_path: Path) -> None:
+    """The relation kept for a query lives in the JVM: a new JVM (`spark_runner.supervisor`) reads the files
+    again."""
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log")
+    server.start(SL_COMPACTION_INTERVAL_SECONDS="0")
+    try:
+        server.sql("x", "CREATE DATABASE tiny")
+        server.sql("tiny", DDL)
+        model = Model()
+        for i in range(3):
+            reply = server.load("tiny", "t", model.load([(i, f"t{i}", i), (i + 1, f"t{i}", i)]).encode(), **CSV)
+            assert_doris_result(reply)
+        expected = [[k, v, s] for k, v, s in model.live()]
+        for _ in range(2):
+            assert server.sql("tiny", "SELECT k, v, s FROM t ORDER BY k")["data"] == expected
+
+        old = jvm_pids(server)
+        assert len(old) == 1, old
+        os.kill(old[0], signal.SIGKILL)
+        deadline = time.monotonic() + 180
+        while not (jvm_pids(server) and jvm_pids(server) != old and backend_alive(server)):
+            assert time.monotonic() < deadline, "the server never started a new Spark session"
+            time.sleep(0.2)
+        assert server.sql("tiny", "SELECT k, v, s FROM t ORDER BY k")["data"] == expected
+    finally:
+        server.kill()
