@@ -6,10 +6,11 @@ load on a large table.
 Starts one server with `python -m app` (background compaction off), then, over HTTP SQL (warm: one run first,
 then the median of `--runs`):
 
-  reads    for each checkpoint N: a table `s_N` gets N loads of bench/compaction.py's workload (20 rows over 2000
-           keys, sequence column); its `count(*)` and point lookup are timed, then `ADMIN COMPACT TABLE s_N WHERE
-           TYPE = 'BASE'`, the same queries again (same answers checked) and the ratio loaded/compacted
-           (goal: within 1.3x);
+  reads    after a warm-up on a throwaway table, for each checkpoint N: a table `s_N` gets N loads of
+           bench/compaction.py's workload (20 rows over 2000 keys, sequence column); its `count(*)` and point
+           lookup are timed, then `ADMIN COMPACT TABLE s_N WHERE TYPE = 'BASE'`, the same queries again (same
+           answers checked) and the ratio loaded/compacted (goal: within 1.3x); also printed, each table's first
+           query after its loads and after its compaction (the untimed run);
   lookup   a table `t` of `--rows` rows with distinct keys (bench/_common.py's bulk CSV, one curl stream load):
            `SELECT * FROM t WHERE k = <key>` (goal: <= 300 ms at 5M rows);
   partial  a 10-row partial-column load (`partial_columns: true`, `columns: k,name`) into `t` and into a table
@@ -57,11 +58,14 @@ SMALL_ROWS = 10_000  # rows of the partial-load reference table
 PARTIAL_ROWS = 10
 
 
-def warm_median(server: Server, client: httpx.Client, stmt: str, runs: int) -> tuple[float, list[Any]]:
-    """One untimed run, then the median client-side ms of `runs`; and the answer's rows."""
+def warm_median(server: Server, client: httpx.Client, stmt: str, runs: int) -> tuple[float, list[Any], float]:
+    """One run first (its ms are the third value: the table's first query since it changed), then the median
+    client-side ms of `runs`; and the answer's rows."""
+    started = time.perf_counter()
     server.sql(stmt, client=client)
+    first = (time.perf_counter() - started) * 1000
     ms, data = timed_sql(server, client, stmt, runs)
-    return ms, data["data"]
+    return ms, data["data"], first
 
 
 def files_of(server: Server, table_name: str) -> tuple[int, int]:
@@ -80,7 +84,23 @@ def files_of(server: Server, table_name: str) -> tuple[int, int]:
 
 
 # -- reads after N loads vs the same table compacted --------------------------------------------------------------
+def warm_up(server: Server, client: httpx.Client) -> None:
+    """The reads' statements on a throwaway table, loaded and compacted: the first checkpoint's figures would
+    otherwise include the server's warm-up (JIT), which its compacted figures, measured later, do not."""
+    server.sql(unique_table_ddl("s_warm", 1))
+    rng = random.Random(1)
+    for i in range(3):
+        check_success(server.load(client, "s_warm", load_body(rng, i, 20, 2000), f"s_warm_{i}"), "warm-up load")
+    stmts = [QUERIES[q].replace("FROM s", "FROM s_warm") for q in READS]
+    for _ in range(2):
+        for stmt in stmts * 5:
+            server.sql(stmt, client=client)
+        server.sql("ADMIN COMPACT TABLE s_warm WHERE TYPE = 'BASE'")
+    server.sql("DROP TABLE s_warm")
+
+
 def reads_part(server: Server, client: httpx.Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    warm_up(server, client)
     results = []
     for n in args.checkpoints:
         name = f"s_{n}"
@@ -114,11 +134,15 @@ def reads_part(server: Server, client: httpx.Client, args: argparse.Namespace) -
             result[f"{key}_ms"] = loaded[q][0]
             result[f"{key}_compacted_ms"] = packed[q][0]
             result[f"{key}_ratio"] = loaded[q][0] / packed[q][0]
+            result[f"{key}_first_ms"] = loaded[q][2]
+            result[f"{key}_compacted_first_ms"] = packed[q][2]
         print(
             f"   {name}: {n} loads, {result['rowsets']} rowsets ({result['data_files']} data, "
             f"{result['delete_files']} delete files); count(*) {result['count_ms']:.0f} ms vs "
             f"{result['count_compacted_ms']:.0f} ms compacted, point lookup {result['point_ms']:.0f} ms vs "
-            f"{result['point_compacted_ms']:.0f} ms"
+            f"{result['point_compacted_ms']:.0f} ms; first queries after the change (untimed above) "
+            f"{result['count_first_ms']:.0f} / {result['point_first_ms']:.0f} ms vs "
+            f"{result['count_compacted_first_ms']:.0f} / {result['point_compacted_first_ms']:.0f} ms compacted"
         )
         sys.stdout.flush()
         results.append(result)
@@ -172,11 +196,11 @@ def first_rows(path: Path, n: int) -> list[list[str]]:
 
 
 def lookup_part(server: Server, client: httpx.Client, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    count_ms, data = warm_median(server, client, "SELECT count(*) FROM t", 1)
+    count_ms, data, _ = warm_median(server, client, "SELECT count(*) FROM t", 1)
     if data[0][0] != args.rows:
         raise BenchError(f"count(*) FROM t = {data[0][0]}, expected {args.rows}")
     k, seq, name, _ = first_rows(path, 1)[0]
-    point_ms, data = warm_median(server, client, f"SELECT * FROM t WHERE k = {k}", args.runs)
+    point_ms, data, _ = warm_median(server, client, f"SELECT * FROM t WHERE k = {k}", args.runs)
     if [row[:3] for row in data] != [[int(k), int(seq), name]]:
         raise BenchError(f"k = {k}: {data}, expected one row with seq {seq}, name {name}")
     print(f"   t: count(*) {count_ms:.0f} ms; point lookup by full key {point_ms:.0f} ms (goal <= 300 ms)")

@@ -15,11 +15,14 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from types import TracebackType
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -44,13 +47,22 @@ ROW = "__rpos"  # its row number in that file
 
 
 def read_rowsets(
-    spark: SparkSession, handle: TableHandle, files: list[str] | None = None, *, positions: bool = False
+    spark: SparkSession,
+    handle: TableHandle,
+    files: list[str] | None = None,
+    *,
+    positions: bool = False,
+    deleted: Deleted | None = None,
+    tombstones: bool = False,
+    cache: bool = False,
 ) -> DataFrame:
     """Every stored row of the table's current snapshot (or of the given data files), in storage types.
 
     Rows read as the table defines them now: columns added later read their DEFAULT, and stored delete
     predicates (DELETE on duplicate and aggregate tables) drop the rows loaded before them. `positions` adds
-    each row's data file and row number (`FILE`, `ROW`), as position delete files name rows.
+    each row's data file and row number (`FILE`, `ROW`), as position delete files name rows. `deleted` drops
+    the rows it names, except delete-signed ones with `tombstones`; `cache` keeps the tiny files' relation for
+    the next read of the same files (`scan_files`).
     """
     cols = [(c, handle.field_id(c.name)) for c in handle.definition.all_columns()]
     schema = storage_schema(cols)
@@ -59,7 +71,8 @@ def read_rowsets(
     if not files:
         empty = spark.createDataFrame([], schema)
         return empty.selectExpr("*", *extra) if positions else empty
-    df = scan_files(spark, schema, files, positions=positions)
+    keep = DELETE_SIGN if tombstones and handle.definition.delete_sign else None
+    df = scan_files(spark, schema, files, positions=positions, deleted=deleted, keep=keep, cache=cache)
     for pred in handle.definition.delete_predicates:
         df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
     late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
@@ -81,46 +94,117 @@ def read_rowsets(
 
 # Tiny data files (a small load's rowset) are read in the server's process and handed to Spark as one Arrow
 # relation: Spark's cost is per file (a task opens each), so 200 tiny rowsets cost a query ~10x one compacted
-# file. Files of at most SMALL_FILE_ROWS rows, at most DRIVER_READ_ROWS rows per read.
+# file. Files of at most SMALL_FILE_ROWS rows, at most DRIVER_READ_ROWS rows per read. Their deleted rows are
+# dropped here too: a predicate term per file made Spark's analysis and the filter cost more than the scan.
 SMALL_FILE_ROWS = 1000
 DRIVER_READ_ROWS = 200_000
 
 
-def scan_files(spark: SparkSession, schema: T.StructType, files: list[str], *, positions: bool) -> DataFrame:
+def scan_files(
+    spark: SparkSession,
+    schema: T.StructType,
+    files: list[str],
+    *,
+    positions: bool,
+    deleted: Deleted | None = None,
+    keep: str | None = None,
+    cache: bool = False,
+) -> DataFrame:
     """The rows of these data files in `schema` (columns matched by Iceberg field id), with `FILE` and `ROW`
-    when `positions`: tiny files read in this process, the others by Spark's Parquet reader."""
+    when `positions`: tiny files read in this process, the others by Spark's Parquet reader. The rows `deleted`
+    names are dropped, except those whose `keep` column is 1: a tiny file's in this process, before Spark sees
+    them. With `cache` the tiny files' relation is kept for the next read of the same file versions and deletes."""
+    stamps = {path: _stamp(path) for path in files}
     small: list[str] = []
     budget = DRIVER_READ_ROWS
     for path in files:
-        rows = _file_rows(path, _stamp(path))
+        rows = _file_rows(path, stamps[path])
         if rows <= SMALL_FILE_ROWS and rows <= budget:
             small.append(path)
             budget -= rows
-    chosen = set(small)
-    big = [p for p in files if p not in chosen]
+    by_file = deleted.by_file if deleted is not None else {}
+    join = deleted.frame if deleted is not None else None
+    located = positions or join is not None  # the join needs each row's position
     frames: list[DataFrame] = []
-    if big:
-        df = spark.read.schema(schema).parquet(*big)
-        frames.append(df.select("*", *row_positions()) if positions else df)
     if small:
         try:
-            frames.append(_local_rows(spark, schema, small, positions=positions))
+            frames.append(
+                _local_rows(
+                    spark,
+                    schema,
+                    [(p, stamps[p]) for p in small],
+                    positions=located,
+                    drop=by_file,
+                    keep=keep,
+                    cache=cache,
+                )
+            )
         except (pa.ArrowException, ValueError, KeyError, TypeError):  # a type the cast does not know: Spark reads
             log.warning("tiny files read by Spark instead", exc_info=True)
-            df = spark.read.schema(schema).parquet(*small)
-            frames.append(df.select("*", *row_positions()) if positions else df)
+            small = []
+    chosen = set(small)
+    big = [p for p in files if p not in chosen]
+    if big:
+        named = {p: by_file[p] for p in big if p in by_file}
+        df = spark.read.schema(schema).parquet(*big)
+        if located or named:
+            df = df.select("*", *row_positions())
+        if len(named) > INLINE_DELETED_FILES:
+            df = _drop_positions(df, _positions_frame(spark, named), keep)
+        elif named:
+            terms = " OR ".join(
+                f"({FILE} = {lit(path)} AND {ROW} IN ({', '.join(str(p) for p in sorted(rows))}))"
+                for path, rows in named.items()
+            )
+            df = df.where(f"{q(keep)} = 1 OR NOT ({terms})" if keep else f"NOT ({terms})")
+        frames.append(df if located or not named else df.drop(FILE, ROW))
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
-    return out
+    if join is not None:
+        out = _drop_positions(out, join, keep)
+    return out.drop(FILE, ROW) if located and not positions else out
 
 
-def _local_rows(spark: SparkSession, schema: T.StructType, files: list[str], *, positions: bool) -> DataFrame:
+def _drop_positions(rows: DataFrame, gone: DataFrame, keep: str | None) -> DataFrame:
+    """`rows` without those at the positions `gone` names (`FILE`, `ROW`, possibly repeated), except those whose
+    `keep` column is 1."""
+    if keep is None:
+        return rows.join(gone, [FILE, ROW], "left_anti")
+    marked = gone.distinct().withColumn("__gone", F.lit(True))
+    return rows.join(marked, [FILE, ROW], "left").where(f"__gone IS NULL OR {q(keep)} = 1").drop("__gone")
+
+
+def _positions_frame(spark: SparkSession, by_file: Mapping[str, frozenset[int]]) -> DataFrame:
+    """Positions read in this process as a relation of `FILE`, `ROW` to join with."""
+    paths = [path for path, rows in by_file.items() for _ in rows]
+    rows = [row for positions in by_file.values() for row in positions]
+    table = pa.table({FILE: pa.array(paths, pa.string()), ROW: pa.array(rows, pa.int64())})
+    return spark.createDataFrame(table, schema=f"{FILE} STRING, {ROW} BIGINT")
+
+
+Stamp = tuple[int, int, int]
+
+
+def _local_rows(
+    spark: SparkSession,
+    schema: T.StructType,
+    files: list[tuple[str, Stamp]],
+    *,
+    positions: bool,
+    drop: Mapping[str, frozenset[int]],
+    keep: str | None,
+    cache: bool,
+) -> DataFrame:
+    """Tiny files' rows as one Arrow relation, without the rows `drop` names (but those whose `keep` column is 1)."""
+    key = (schema.json(), positions, keep, tuple((path, stamp, drop.get(path)) for path, stamp in files))
+    if cache and (hit := _RELATIONS.get(spark, key)) is not None:
+        return hit
     target = to_arrow_schema(schema)
     wanted = [(f.name, int(f.metadata["parquet.field.id"]), target.field(f.name).type) for f in schema.fields]
     parts: list[pa.Table] = []
-    for path in files:
-        stored = _file_table(path, _stamp(path))
+    for path, stamp in files:
+        stored = _file_table(path, stamp)
         names = {
             int(f.metadata[b"PARQUET:field_id"]): f.name
             for f in stored.schema
@@ -133,16 +217,71 @@ def _local_rows(spark: SparkSession, schema: T.StructType, files: list[str], *, 
         if positions:
             columns[FILE] = pa.array([path] * stored.num_rows, pa.string())
             columns[ROW] = pa.array(range(stored.num_rows), pa.int64())
-        parts.append(pa.table(columns))
+        part = pa.table(columns)
+        if gone := drop.get(path):
+            named = pc.is_in(pa.array(range(stored.num_rows), pa.int64()), value_set=pa.array(sorted(gone), pa.int64()))
+            mask = pc.invert(named)
+            if keep is not None:
+                mask = pc.or_(mask, pc.fill_null(pc.equal(part.column(keep), 1), False))
+            part = part.filter(mask)
+        parts.append(part)
     full = T.StructType(
         [T.StructField(f.name, f.dataType, True) for f in schema.fields]
         + ([T.StructField(FILE, T.StringType()), T.StructField(ROW, T.LongType())] if positions else [])
     )
     # one record batch: pyspark dropped the rows after an empty batch (a rowset that kept no row)
-    return spark.createDataFrame(pa.concat_tables(parts).combine_chunks(), schema=full)
+    combined = pa.concat_tables(parts).combine_chunks()
+    df = spark.createDataFrame(combined, schema=full)
+    if cache:
+        _RELATIONS.put(spark, key, df, combined.num_rows)
+    return df
 
 
-def _stamp(path: str) -> tuple[int, int, int]:
+class _Relations:
+    """Tiny files' relations kept for the next read of the same file versions and deletes: a DataFrame made from
+    Arrow holds its rows in the JVM and serves any number of queries, so a repeated query neither converts nor
+    ships them again. At most `rows` rows in all, the least recently used out first; an entry of a replaced
+    JVM (`spark_runner.supervisor`) is never served."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self._held = 0
+        self._entries: OrderedDict[Hashable, tuple[object, DataFrame, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, spark: SparkSession, key: Hashable) -> DataFrame | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] is not spark._jsparkSession:  # a new JVM: every entry of the old one is gone
+                for stale in [k for k, e in self._entries.items() if e[0] is not spark._jsparkSession]:
+                    self._forget(stale)
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def put(self, spark: SparkSession, key: Hashable, df: DataFrame, rows: int) -> None:
+        if rows > self.rows:
+            return
+        with self._lock:
+            self._forget(key)
+            self._entries[key] = (spark._jsparkSession, df, rows)
+            self._held += rows
+            while self._held > self.rows:
+                self._forget(next(iter(self._entries)))
+
+    def _forget(self, key: Hashable) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._held -= entry[2]
+
+
+RELATION_CACHE_ROWS = 400_000
+_RELATIONS = _Relations(RELATION_CACHE_ROWS)
+
+
+def _stamp(path: str) -> Stamp:
     """What tells one version of a file from another: a two-phase commit stamps its files' version in place
     (a new file moved over the old), so a cache keyed by path alone could serve the old rows."""
     st = os.stat(path)
@@ -150,12 +289,12 @@ def _stamp(path: str) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _file_rows(path: str, stamp: tuple[int, int, int]) -> int:
+def _file_rows(path: str, stamp: Stamp) -> int:
     return int(pq.read_metadata(path).num_rows)
 
 
 @functools.lru_cache(maxsize=2048)
-def _file_table(path: str, stamp: tuple[int, int, int]) -> pa.Table:
+def _file_table(path: str, stamp: Stamp) -> pa.Table:
     """A tiny data file, read once per version of it (`_stamp`)."""
     return pq.read_table(path)
 
@@ -168,17 +307,18 @@ def row_positions() -> list[Column]:
     return [path.alias(FILE), F.col("_metadata.row_index").alias(ROW)]
 
 
-# up to this many deleted positions a read drops them with a filter (no join, no extra Spark job)
+# up to this many deleted positions are read in this process: a tiny file's are dropped before Spark sees its
+# rows, a larger file's with a filter (no join, no extra Spark job); beyond it, an anti-join with the delete files
 INLINE_DELETES = 20_000
-INLINE_DELETED_FILES = 200  # ... in at most this many data files (one term of the predicate each)
+INLINE_DELETED_FILES = 200  # ... of at most this many larger data files (one term of the filter each)
 
 
 @dataclass(frozen=True)
 class Deleted:
-    """The rows a table's position delete files name: a SQL predicate over `FILE` and `ROW` when they are few,
-    else a DataFrame of `FILE`, `ROW` (possibly repeated) to join with."""
+    """The rows a table's position delete files name: the positions per data file when they are few (read in
+    this process, `by_file`), else a DataFrame of `FILE`, `ROW` (possibly repeated) to join with (`frame`)."""
 
-    predicate: str | None = None
+    by_file: Mapping[str, frozenset[int]] = field(default_factory=dict)
     frame: DataFrame | None = None
 
 
@@ -187,20 +327,22 @@ def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | Non
     files = live_delete_files(handle.iceberg)
     if not files:
         return None
-    paths = [plain_path(f.file_path) for f in files]
+    paths = tuple(sorted(plain_path(f.file_path) for f in files))
     if sum(f.record_count for f in files) <= INLINE_DELETES:
-        by_file: dict[str, list[int]] = {}
-        for delete_file in paths:
-            for path, rows in _positions_of(delete_file):
-                by_file.setdefault(path, []).extend(rows)
-        if len(by_file) <= INLINE_DELETED_FILES:
-            terms = [
-                f"({FILE} = {lit(path)} AND {ROW} IN ({', '.join(str(p) for p in sorted(set(rows)))}))"
-                for path, rows in by_file.items()
-            ]
-            return Deleted(predicate=" OR ".join(terms))
+        return Deleted(by_file=_positions_by_file(paths))
     schema = T.StructType([T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())])
     return Deleted(frame=spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}"))
+
+
+@functools.lru_cache(maxsize=64)
+def _positions_by_file(delete_files: tuple[str, ...]) -> Mapping[str, frozenset[int]]:
+    """The positions these delete files name, per data file (the same sets for the same delete files: a cache
+    key of `_local_rows` compares them)."""
+    by_file: dict[str, set[int]] = {}
+    for delete_file in delete_files:
+        for path, rows in _positions_of(delete_file):
+            by_file.setdefault(plain_path(path), set()).update(rows)
+    return MappingProxyType({path: frozenset(rows) for path, rows in by_file.items()})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -215,14 +357,8 @@ def _positions_of(delete_file: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 def live_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
     """The rows of a positional table (or of the given data files) that no position delete names: one per key,
-    no delete-signed rows."""
-    rows = read_rowsets(spark, handle, files, positions=True)
-    deleted = deleted_positions(spark, handle)
-    if deleted is not None and deleted.predicate is not None:
-        rows = rows.where(f"NOT ({deleted.predicate})")
-    elif deleted is not None and deleted.frame is not None:
-        rows = rows.join(deleted.frame, [FILE, ROW], "left_anti")
-    return rows.drop(FILE, ROW)
+    no delete-signed rows. The tiny files' relation is kept for the next query of the same files (`scan_files`)."""
+    return read_rowsets(spark, handle, files, deleted=deleted_positions(spark, handle), cache=True)
 
 
 def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | None = None) -> DataFrame:
@@ -230,16 +366,8 @@ def lookup_rows(spark: SparkSession, handle: TableHandle, files: list[str] | Non
     plus every delete-signed row, superseded or not (a deleted key keeps its sequence; a tombstone is always
     position-deleted so that foreign readers do not see it, and a superseded one always loses the merge to
     the row that superseded it). With `FILE` and `ROW`."""
-    rows = read_rowsets(spark, handle, files, positions=True)
     deleted = deleted_positions(spark, handle)
-    sign = q(DELETE_SIGN) if handle.definition.delete_sign else "0"
-    if deleted is None:
-        return rows
-    if deleted.predicate is not None:
-        return rows.where(f"{sign} = 1 OR NOT ({deleted.predicate})")
-    assert deleted.frame is not None
-    gone = deleted.frame.distinct().withColumn("__gone", F.lit(True))
-    return rows.join(gone, [FILE, ROW], "left").where(f"__gone IS NULL OR {sign} = 1").drop("__gone")
+    return read_rowsets(spark, handle, files, positions=True, deleted=deleted, tombstones=True)
 
 
 def merged_rows(
