@@ -127,6 +127,8 @@ def build_services(
             max_loads=settings.group_commit_max_loads,
             retry_num=settings.group_commit_replay_wal_retry_num,
             retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
+            wal_max_loads_per_table=settings.group_commit_max_wal_num_per_table,
+            wal_max_disk_limit=settings.group_commit_wal_max_disk_limit,
         ),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
         accounts=accounts,
