@@ -4,6 +4,7 @@ waits for its group and is answered once visible, and every load ends visible ex
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,13 @@ DDL = (
     "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
     ' PROPERTIES ("group_commit_mode" = "async_mode")'
 )
+
+
+def wal_loads(doris: DorisClient) -> int:
+    """The server's gauge of acknowledged async loads not visible yet (GET /metrics)."""
+    found = re.search(r"^doris_group_commit_wal_loads (\S+)$", doris.http.get("/metrics").text, re.MULTILINE)
+    assert found is not None
+    return int(float(found.group(1)))
 
 
 @pytest.mark.parametrize(
@@ -48,6 +56,7 @@ def test_acknowledged_async_loads_not_yet_visible_never_exceed_the_wal_bound(
         answered: list[dict[str, Any]] = []
         done = threading.Event()
         gaps: list[int] = []
+        in_wal: list[int] = []
 
         def watch() -> None:
             # answered is read before the table: the gap read can only overstate the backlog, never hide it
@@ -55,6 +64,7 @@ def test_acknowledged_async_loads_not_yet_visible_never_exceed_the_wal_bound(
                 acknowledged = sum(1 for body in list(answered) if body["Status"] == "Success")
                 visible = doris.rows("d", "SELECT count(*) FROM t")[0][0]
                 gaps.append(acknowledged - visible)
+                in_wal.append(wal_loads(doris))
                 time.sleep(0.05)
 
         barrier = threading.Barrier(LOADS)
@@ -81,6 +91,7 @@ def test_acknowledged_async_loads_not_yet_visible_never_exceed_the_wal_bound(
         for body in replies:
             assert_group_reply(body, mode="async_mode", loaded=1)
         assert gaps and 0 < max(gaps) <= BOUND, f"acknowledged minus visible loads over time: {gaps}"
+        assert max(in_wal) <= BOUND and wal_loads(doris) == 0, in_wal
         assert doris.rows("d", "SELECT k FROM t ORDER BY k") == [[k] for k in range(LOADS)]
         for k in range(LOADS):
             state = doris.http.get("/api/d/get_load_state", params={"label": f"load_{k}"}).json()["data"]
