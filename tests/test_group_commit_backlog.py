@@ -96,3 +96,34 @@ def test_acknowledged_async_loads_not_yet_visible_never_exceed_the_wal_bound(
         for k in range(LOADS):
             state = doris.http.get("/api/d/get_load_state", params={"label": f"load_{k}"}).json()["data"]
             assert state == "VISIBLE", (k, state)
+
+
+@pytest.mark.parametrize(
+    "spec, free, limit",
+    [
+        pytest.param("10%", 1000, 100, id="percent-of-free-space"),
+        pytest.param("2.5%", 1000, 25, id="fractional-percent"),
+        pytest.param("4096", 1000, 4096, id="bytes"),
+    ],
+)
+def test_wal_disk_limit_reads_bytes_or_a_percentage_of_free_space(spec: str, free: int, limit: int) -> None:
+    from spark_runner.group_commit import wal_disk_limit
+
+    assert wal_disk_limit(spec, free) == limit
+
+
+def test_wal_backlog_bounds_loads_per_table_and_bytes_overall_and_counts_replayed_loads_whatever_the_bounds() -> None:
+    from spark_runner.group_commit import WalBacklog
+
+    backlog = WalBacklog(max_loads_per_table=2, max_bytes=100)
+    assert backlog.admit(("d", "a"), 1, 10) and backlog.admit(("d", "a"), 2, 10)
+    assert not backlog.admit(("d", "a"), 3, 10)  # the table's bound
+    assert backlog.admit(("d", "b"), 4, 70)  # another table has its own count
+    assert not backlog.admit(("d", "c"), 5, 20)  # 110 bytes: the bound in bytes is for every table
+    backlog.release(1)
+    assert backlog.admit(("d", "a"), 3, 10)
+    backlog.add(("d", "a"), 6, 50)  # replayed at start: owed whatever the bounds
+    assert backlog.size() == (4, 140)
+    for txn_id in (2, 3, 4, 6, 99):  # 99 never counted (a sync load): releasing it changes nothing
+        backlog.release(txn_id)
+    assert backlog.size() == (0, 0)
