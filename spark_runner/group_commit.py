@@ -111,10 +111,12 @@ def wal_disk_limit(spec: str, free_bytes: int) -> int:
 class WalBacklog:
     """The acknowledged async loads whose rows are not visible yet (their WAL entries), by table and in bytes.
 
-    Doris bounds its WAL the same two ways: by disk (BE `group_commit_wal_max_disk_limit`, 10% of the disk by
-    default; a load without room for its WAL switches to sync_mode, `LoadBlockQueue::has_enough_wal_disk_space`)
+    Doris bounds its WAL the same two ways: by disk (BE `group_commit_wal_max_disk_limit`, 10% of the free space
+    by default; a load without room for its WAL switches to sync_mode, `LoadBlockQueue::has_enough_wal_disk_space`)
     and by count per table (BE `group_commit_max_wal_num_per_table`, apache/doris#65362, which refuses the load).
-    Past either bound here the load takes the sync_mode way: it waits for its group, and no error is returned.
+    Past either bound here the load takes the sync_mode way: it waits for its group, and no error is returned
+    (nor Doris's refusal of a body over 80% of the free WAL space, "There is no space for group commit stream
+    load async WAL": such a body waits too).
     """
 
     def __init__(self, *, max_loads_per_table: int, max_bytes: int) -> None:
