@@ -45,6 +45,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -399,11 +400,13 @@ class GroupCommitter:
             return None
         try:
             key = (request.db, request.table, _shape(request))  # one worker's loads: its groups run in turn
-            handle = handles.get(key) if handles is not None else None
-            if handle is None:
+            loaded = handles.get(key) if handles is not None else None
+            if loaded is None:
                 handle = self.loads.catalog.load(request.db, request.table)
                 if handles is not None:
                     handles[key] = handle
+            else:  # a handle of its own (a commit refreshes it in place), from the metadata already read
+                handle = _same_table(loaded)
             if txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
                 raise TableDropped(txn.table_uuid)
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
@@ -661,6 +664,13 @@ class GroupCommitter:
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
         counts = LoadCounts(filtered=len(errors))
         return self.loads.write_error_log(member.prepared, JobOutcome(counts=counts, files=[], errors=errors))
+
+
+def _same_table(handle: TableHandle) -> TableHandle:
+    """Another handle on the metadata `handle` read (immutable, shared), refreshed apart from it."""
+    table = handle.iceberg
+    copy = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog, table.config)
+    return TableHandle(definition=handle.definition, iceberg=copy)
 
 
 def _indexed(frame: DataFrame) -> DataFrame:
