@@ -127,6 +127,8 @@ def build_services(
             max_loads=settings.group_commit_max_loads,
             retry_num=settings.group_commit_replay_wal_retry_num,
             retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
+            wal_max_loads_per_table=settings.group_commit_max_wal_num_per_table,
+            wal_max_disk_limit=settings.group_commit_wal_max_disk_limit,
         ),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
         accounts=accounts,
@@ -206,6 +208,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             )
         )
         app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))
+        app.state.metrics.watch_wal(services.group_commit.backlog.size)
         app.state.services = services
         mysql = await start_mysql_server(
             services.sql,

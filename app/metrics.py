@@ -1,8 +1,8 @@
 """`GET /metrics` in Prometheus's text format, and one structured log line per stream load.
 
 The registry belongs to the app (no module-level collectors): loads by status, rows and bytes loaded, the
-load latency histogram, compaction runs (`record_compaction`), and rowsets per table, read from the catalog
-at scrape time.
+load latency histogram, compaction runs (`record_compaction`), rowsets per table, read from the catalog
+at scrape time, and the group-commit WAL backlog (acknowledged async loads not visible yet).
 """
 
 from __future__ import annotations
@@ -45,6 +45,21 @@ class RowsetCollector(Collector):
         yield family
 
 
+class WalCollector(Collector):
+    """`doris_group_commit_wal_loads` and `doris_group_commit_wal_bytes`: the acknowledged async loads whose rows
+    are not visible yet, read on each scrape."""
+
+    def __init__(self, size: Callable[[], tuple[int, int]]) -> None:
+        self.size = size
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        loads, size = self.size()
+        yield GaugeMetricFamily(
+            "doris_group_commit_wal_loads", "Acknowledged async group-commit loads not visible yet", value=loads
+        )
+        yield GaugeMetricFamily("doris_group_commit_wal_bytes", "Bytes of those loads in the WAL", value=size)
+
+
 class LoadMetrics:
     """The server's Prometheus registry and the counters loads and compaction update."""
 
@@ -66,6 +81,9 @@ class LoadMetrics:
 
     def watch_rowsets(self, rowsets: Callable[[], dict[tuple[str, str], int]]) -> None:
         self.registry.register(RowsetCollector(rowsets))
+
+    def watch_wal(self, size: Callable[[], tuple[int, int]]) -> None:
+        self.registry.register(WalCollector(size))
 
     def observe_load(self, db: str, table: str, result: LoadResult, seconds: float) -> None:
         """Count one finished stream load and log it as one JSON line with its label and txn id."""

@@ -66,6 +66,20 @@ class Settings(BaseSettings):
         100.0, description="Group commit: how long a group collects loads after its first one arrives."
     )
     group_commit_max_loads: int = Field(128, description="Group commit: most loads in one group (one job, one commit).")
+    group_commit_max_wal_num_per_table: int = Field(
+        256,
+        ge=1,
+        description="Group commit: most acknowledged async loads of one table waiting in the WAL to become visible "
+        "(two full groups); past it an async load is answered once visible, as a sync_mode one (Doris's BE setting "
+        "of the same name refuses it instead).",
+    )
+    group_commit_wal_max_disk_limit: str = Field(
+        "10%",
+        pattern=r"^\s*[0-9]+(\.[0-9]+)?%?\s*$",
+        description="Group commit: most bytes of acknowledged async loads waiting in the WAL to become visible, in "
+        "bytes or as a percentage of the data dir's free disk space at start (Doris: 10%); past it an async load "
+        "is answered once visible, as a sync_mode one (Doris switches it to sync_mode).",
+    )
     routine_load_min_batch_rows: int = Field(
         200000, description="Smallest `max_batch_rows` a routine load may ask for (Doris: 200000)."
     )

@@ -12,7 +12,14 @@
     loads over `max_filter_ratio` dropped and the job rerun without them, one snapshot for the rest.
 
 The group has a transaction of its own (label `group_commit_<hex>`, as Doris names it); the snapshot
-lists every member, so start-up recovery finds them. Start-up replays async payloads still in wal/.
+lists every member, so start-up recovery finds them. Start-up replays async payloads still in wal/ at group
+speed: every entry is planned first (its table loaded once), then handed to its worker at once, so they form
+groups of up to `group_commit_max_loads` as live loads do.
+
+The WAL is bounded (`WalBacklog`): at most `group_commit_max_wal_num_per_table` acknowledged async loads of a
+table and `group_commit_wal_max_disk_limit` bytes in all wait there to become visible. An async load past either
+bound is not written to wal/: it joins its group as a sync_mode load does and is answered once visible (Doris
+switches such a load to sync_mode), so visibility lags the acknowledgement by about a group, not a queue.
 
 An async load was answered Success, so its WAL entry goes only when its rows are committed or refused
 for data quality (filter ratio), or when its table is gone (dropped, or re-created: another uuid). A
@@ -32,16 +39,20 @@ import shutil
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, prepare_rows
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
+from tables.catalog import TableHandle
 from tables.commit import table_identity
 from tables.errors import (
     DatabaseNotFound,
@@ -83,6 +94,80 @@ def _shape(request: LoadRequest) -> str:
     return request.model_dump_json(exclude={"label", "comment", "group_commit", "timeout_s"})
 
 
+def wal_disk_limit(spec: str, free_bytes: int) -> int:
+    """Bytes of `group_commit_wal_max_disk_limit`: a byte count, or a percentage of the free disk space (Doris's
+    BE reads its setting of the same name this way, against the WAL disk's space when it starts).
+
+    Raises: ValueError when the spec is neither.
+    """
+    text = spec.strip()
+    try:
+        if text.endswith("%"):
+            return int(free_bytes * float(text[:-1]) / 100)
+        return int(text)
+    except ValueError:
+        raise ValueError(f"group_commit_wal_max_disk_limit must be bytes or a percentage, not {spec!r}") from None
+
+
+class WalBacklog:
+    """The acknowledged async loads whose rows are not visible yet (their WAL entries), by table and in bytes.
+
+    Doris bounds its WAL the same two ways: by disk (BE `group_commit_wal_max_disk_limit`, 10% of the free space
+    by default; a load without room for its WAL switches to sync_mode, `LoadBlockQueue::has_enough_wal_disk_space`)
+    and by count per table (BE `group_commit_max_wal_num_per_table`, apache/doris#65362, which refuses the load).
+    Past either bound here the load takes the sync_mode way: it waits for its group, and no error is returned
+    (nor Doris's refusal of a body over 80% of the free WAL space, "There is no space for group commit stream
+    load async WAL": such a body waits too).
+    """
+
+    def __init__(self, *, max_loads_per_table: int, max_bytes: int) -> None:
+        self.max_loads_per_table = max_loads_per_table
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[tuple[str, str], int]] = {}  # txn id -> (table, bytes)
+        self._loads: Counter[tuple[str, str]] = Counter()
+        self._bytes = 0
+
+    def admit(self, table: tuple[str, str], txn_id: int, load_bytes: int) -> bool:
+        """Count a load in when both bounds leave room for it; False when it must wait for its group instead."""
+        with self._lock:
+            if self._loads[table] >= self.max_loads_per_table or self._bytes + load_bytes > self.max_bytes:
+                return False
+            self._add(table, txn_id, load_bytes)
+            return True
+
+    def add(self, table: tuple[str, str], txn_id: int, load_bytes: int) -> None:
+        """Count in a load acknowledged before the last stop (replayed from wal/): it is owed whatever the bounds."""
+        with self._lock:
+            self._add(table, txn_id, load_bytes)
+
+    def _add(self, table: tuple[str, str], txn_id: int, load_bytes: int) -> None:
+        if txn_id not in self._entries:
+            self._entries[txn_id] = (table, load_bytes)
+            self._loads[table] += 1
+            self._bytes += load_bytes
+
+    def release(self, txn_id: int) -> None:
+        """The load's WAL entry is gone (its rows visible, or the load refused or parked); no-op for others."""
+        with self._lock:
+            entry = self._entries.pop(txn_id, None)
+            if entry is not None:
+                table, load_bytes = entry
+                self._loads[table] -= 1
+                if not self._loads[table]:
+                    del self._loads[table]
+                self._bytes -= load_bytes
+
+    def size(self) -> tuple[int, int]:
+        """(loads, bytes) waiting in the WAL now, over every table."""
+        with self._lock:
+            return len(self._entries), self._bytes
+
+
+def _table_key(prepared: PreparedLoad) -> tuple[str, str]:
+    return prepared.request.db.lower(), prepared.plan.table.name.lower()
+
+
 @dataclass
 class _Member:
     prepared: PreparedLoad
@@ -98,9 +183,11 @@ class _Member:
 class _Worker:
     """One queue and one thread per (table, load shape): groups of one table commit one after another."""
 
-    def __init__(self, owner: GroupCommitter, name: str) -> None:
+    def __init__(self, owner: GroupCommitter, name: str, first: Iterable[_Member] = ()) -> None:
         self.owner = owner
         self.items: queue.Queue[_Member] = queue.Queue()
+        for member in first:  # queued before the thread starts: they are there when its first group forms
+            self.items.put(member)
         self.thread = threading.Thread(target=self._loop, name=f"group-commit-{name}", daemon=True)
         self.thread.start()
 
@@ -174,6 +261,8 @@ class GroupCommitter:
         max_loads: int = 128,
         retry_num: int = 10,
         retry_interval_s: float = 1.0,
+        wal_max_loads_per_table: int = 256,
+        wal_max_disk_limit: str = "10%",
     ) -> None:
         self.loads = loads
         self.interval_s = interval_ms / 1000
@@ -183,6 +272,8 @@ class GroupCommitter:
         self.wal_dir = data_dir / "wal"
         self.group_dir = data_dir / "group_commit"
         self.wal_dir.mkdir(parents=True, exist_ok=True)
+        max_bytes = wal_disk_limit(wal_max_disk_limit, shutil.disk_usage(self.wal_dir).free)
+        self.backlog = WalBacklog(max_loads_per_table=wal_max_loads_per_table, max_bytes=max_bytes)
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
         self._workers: dict[tuple[str, str, str], _Worker] = {}
@@ -191,16 +282,22 @@ class GroupCommitter:
     # -- entry point ----------------------------------------------------------------------
     def run(self, prepared: PreparedLoad, path: Path, mode: str, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
         """Run a staged stream load in a group (`mode` is its `group_mode`, decided by the caller): async
-        answers once its payload is durable in wal/, sync once its group has committed."""
+        answers once its payload is durable in wal/, sync once its group has committed; an async load past the
+        WAL's bounds (`WalBacklog`) is run as a sync one."""
         if mode == "async_mode":
             txn = self.loads.txns.get(prepared.txn_id)
             if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
                 error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
                 return self._result(_Member(prepared, path, load_bytes, receive_ms), error=error)
-            wal = self._write_wal(prepared, path, load_bytes)
-            self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True))
-            rows = _count_rows(wal, prepared.request)
-            return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
+            if self.backlog.admit(_table_key(prepared), prepared.txn_id, load_bytes):
+                try:
+                    wal = self._write_wal(prepared, path, load_bytes)
+                except BaseException:
+                    self.backlog.release(prepared.txn_id)
+                    raise
+                self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True))
+                rows = _count_rows(wal, prepared.request)
+                return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
         linked = self.group_dir / f"txn_{prepared.txn_id}.dat"
         os.link(path, linked)
         member = _Member(prepared, linked, load_bytes, receive_ms)
@@ -215,6 +312,21 @@ class GroupCommitter:
             if worker is None:
                 worker = self._workers[key] = _Worker(self, f"{req.db}.{req.table}")
         worker.items.put(member)
+
+    def _submit_all(self, members: list[_Member]) -> None:
+        """Queue many loads at once (a replay): each worker finds all of its loads queued when it forms a group."""
+        by_key: dict[tuple[str, str, str], list[_Member]] = {}
+        for member in members:
+            req = member.prepared.request
+            by_key.setdefault((req.db, req.table, _shape(req)), []).append(member)
+        with self._guard:
+            for key, queued in by_key.items():
+                worker = self._workers.get(key)
+                if worker is None:
+                    self._workers[key] = _Worker(self, f"{key[0]}.{key[1]}", queued)
+                    continue
+                for member in queued:
+                    worker.items.put(member)
 
     # -- write-ahead files ----------------------------------------------------------------
     def _write_wal(self, prepared: PreparedLoad, path: Path, load_bytes: int) -> Path:
@@ -233,6 +345,7 @@ class GroupCommitter:
     def _drop_wal(self, txn_id: int) -> None:
         for suffix in (".dat", ".json"):
             (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
+        self.backlog.release(txn_id)
 
     def _park_wal(self, txn_id: int, attempts: int) -> None:
         """Give up on an async load after `retry_num` failed replays: its WAL entry is kept in wal/tmp/ for
@@ -243,41 +356,57 @@ class GroupCommitter:
             source = self.wal_dir / f"txn_{txn_id}{suffix}"
             if source.exists():
                 os.replace(source, parked / source.name)
+        self.backlog.release(txn_id)
         reason = f"group commit replay failed {attempts} times; its WAL entry is kept in {parked}"
         self.loads.writer.abort(txn_id, reason)
         log.error("async load %d: %s", txn_id, reason)
 
     def replay_wal(self) -> int:
-        """At start-up: queue again every acknowledged async load that did not commit; returns how many."""
-        replayed = 0
+        """At start-up: queue again every acknowledged async load that did not commit; returns how many.
+
+        All are planned before any is queued, so each table's worker groups them as it groups live loads.
+        """
+        members: list[_Member] = []
+        handles: dict[tuple[str, str, str], TableHandle] = {}
         for meta in sorted(self.wal_dir.glob("txn_*.json"), key=lambda p: int(p.stem[4:])):
             txn_id = int(meta.stem[4:])
             payload = meta.with_suffix(".dat")
             info = json.loads(meta.read_text())
             try:
-                prepared = (
-                    self._replan(txn_id, LoadRequest.model_validate(info["request"])) if payload.exists() else None
-                )
+                request = LoadRequest.model_validate(info["request"])
+                prepared = self._replan(txn_id, request, handles) if payload.exists() else None
             except Exception:  # not the load's fault: its WAL entry stays for the next start
                 log.exception("async load %d could not be replayed now", txn_id)
                 continue
             if prepared is None:
                 self._drop_wal(txn_id)
                 continue
-            self._submit(_Member(prepared, payload, int(info["load_bytes"]), 0, acknowledged=True))
-            replayed += 1
-        return replayed
+            member = _Member(prepared, payload, int(info["load_bytes"]), 0, acknowledged=True)
+            self.backlog.add(_table_key(prepared), txn_id, member.load_bytes)
+            members.append(member)
+        self._submit_all(members)
+        return len(members)
 
-    def _replan(self, txn_id: int, request: LoadRequest) -> PreparedLoad | None:
+    def _replan(
+        self, txn_id: int, request: LoadRequest, handles: dict[tuple[str, str, str], TableHandle] | None = None
+    ) -> PreparedLoad | None:
         """Plan an owed async load again against its table as it is now; None when it is not owed any more
         (committed, aborted on purpose) or can never apply (its table dropped or re-created, its columns gone).
+        `handles` keeps each table loaded once over a replay of many loads.
         """
         txn = self.loads.txns.get(txn_id)
         # start-up recovery aborts a load without a snapshot and without a reason: that one is still owed
         if txn is None or not (txn.state == PREPARE or (txn.state == ABORTED and txn.reason is None)):
             return None
         try:
-            handle = self.loads.catalog.load(request.db, request.table)
+            key = (request.db, request.table, _shape(request))  # one worker's loads: its groups run in turn
+            loaded = handles.get(key) if handles is not None else None
+            if loaded is None:
+                handle = self.loads.catalog.load(request.db, request.table)
+                if handles is not None:
+                    handles[key] = handle
+            else:  # a handle of its own (a commit refreshes it in place), from the metadata already read
+                handle = _same_table(loaded)
             if txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
                 raise TableDropped(txn.table_uuid)
             plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
@@ -535,6 +664,13 @@ class GroupCommitter:
         errors = [f"Reason: {r[REASON]}. src line [{r[LINE]}]; " for r in bad]
         counts = LoadCounts(filtered=len(errors))
         return self.loads.write_error_log(member.prepared, JobOutcome(counts=counts, files=[], errors=errors))
+
+
+def _same_table(handle: TableHandle) -> TableHandle:
+    """Another handle on the metadata `handle` read (immutable, shared), refreshed apart from it."""
+    table = handle.iceberg
+    copy = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog, table.config)
+    return TableHandle(definition=handle.definition, iceberg=copy)
 
 
 def _indexed(frame: DataFrame) -> DataFrame:
