@@ -99,6 +99,18 @@ class DorisClient:
         content = data.encode() if isinstance(data, str) else data
         return self.http.put(f"/api/{db}/{table}/_stream_load", content=content, headers=headers or {}, **kwargs)
 
+    def precommit(self, db: str, table: str, data: bytes, headers: dict[str, str]) -> int:
+        """A two-phase stream load (`two_phase_commit: true`) that must reach PRECOMMITTED; returns its txn id."""
+        reply = self.stream_load(db, table, data, {**headers, "two_phase_commit": "true"}).json()
+        assert reply["Status"] == "Success", reply
+        return int(reply["TxnId"])
+
+    def commit_txn(self, db: str, txn_id: int) -> None:
+        """`_stream_load_2pc` commit of a precommitted load, which must succeed."""
+        headers = {"txn_id": str(txn_id), "txn_operation": "commit"}
+        done = self.http.put(f"/api/{db}/_stream_load_2pc", headers=headers).json()
+        assert done["status"] == "Success", done
+
     def curl_load(self, db: str, table: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
         """Load a file the way the Doris docs do: `curl --location-trusted -u root: -H ... -T file`."""
         return curl_stream_load(f"{self.base_url}/api/{db}/{table}/_stream_load", headers, path=path)

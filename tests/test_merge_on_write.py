@@ -76,16 +76,7 @@ def test_a_deleted_key_keeps_its_sequence_on_every_path(doris: DorisClient, db: 
     doris.sql(db, "INSERT INTO t (k, v, s) VALUES (1, 'insert', 5)")
     sync = doris.stream_load(db, "t", "1,group,5\n", {**CSV, "group_commit": "sync_mode"}).json()
     assert sync["Status"] == "Success", sync
-    pre = doris.http.put(
-        f"/api/{db}/t/_stream_load",
-        content=b"1,twophase,5\n",
-        headers={**CSV, "label": f"l2pc_{db}", "two_phase_commit": "true"},
-    ).json()
-    assert pre["Status"] == "Success", pre
-    done = doris.http.put(
-        f"/api/{db}/_stream_load_2pc", headers={"txn_id": str(pre["TxnId"]), "txn_operation": "commit"}
-    ).json()
-    assert done["status"] == "Success", done
+    doris.commit_txn(db, doris.precommit(db, "t", b"1,twophase,5\n", {**CSV, "label": f"l2pc_{db}"}))
     assert answer(doris, db, "t") == [[2, "b", 1]]
     assert scanned(server_settings, db, "t") == [[2, "b", 1]]
 

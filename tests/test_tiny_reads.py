@@ -105,17 +105,9 @@ def test_repeated_queries_of_small_loads_answer_each_change(doris: DorisClient, 
     for _ in range(2):
         assert doris.rows(db, "SELECT k, w FROM t WHERE k IN (4, 1000) ORDER BY k") == [[4, 7], [1000, 7]]
 
-    pre = doris.http.put(
-        f"/api/{db}/t/_stream_load",
-        content=b"1202,twophase,200\n",
-        headers={**CSV, "label": f"tiny2pc_{db}", "two_phase_commit": "true"},
-    ).json()
-    assert pre["Status"] == "Success", pre
+    txn_id = doris.precommit(db, "t", b"1202,twophase,200\n", {**CSV, "label": f"tiny2pc_{db}"})
     check(doris, db, model, server_settings, touched_below=below)  # not visible before its commit
-    done = doris.http.put(
-        f"/api/{db}/_stream_load_2pc", headers={"txn_id": str(pre["TxnId"]), "txn_operation": "commit"}
-    ).json()
-    assert done["status"] == "Success", done
+    doris.commit_txn(db, txn_id)
     model.load([(1202, "twophase", 200)])
     check(doris, db, model, server_settings, touched_below=below)
     versions = doris.rows(db, "SET show_hidden_columns = true; SELECT __DORIS_VERSION_COL__ FROM t WHERE k = 1202")
