@@ -15,6 +15,7 @@ rowset written in the server's process (`small_rowset`) is one file of any bucke
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,16 +77,30 @@ def has_bucket_field(handle: TableHandle) -> bool:
     return any(f.name == BUCKET_COL for f in handle.iceberg.schema().fields)
 
 
-def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str]) -> None:
+def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str], buckets: int = 0) -> None:
     """Write the rowset's rows into a new `directory` as Parquet, sorted by `sort` within each file; rows with a
-    bucket column (`with_bucket`) are written one bucket per file (several, where the bucket is NULL)."""
+    bucket column (`with_bucket`) are written one bucket per file (several, where the bucket is NULL).
+
+    `buckets`: the number of buckets when the rows were repartitioned one Spark partition per bucket. When that
+    repartition is the plan's only exchange, each task holds one bucket already and writes its file as is;
+    otherwise Spark's writer splits each task's rows by bucket, which makes the sort `(bucket, key)` and costs a
+    big load ~15% (a constant first sort key defeats Spark's prefix sort)."""
     order = [F.col(q(c)) for c in sort]
-    if BUCKET_COL not in out.columns:
+    if BUCKET_COL not in out.columns or (buckets > 1 and one_bucket_per_task(out, buckets)):
         (out.sortWithinPartitions(*order) if order else out).write.mode("errorifexists").parquet(str(directory))
         return
     split = out.withColumn(_SPLIT, F.col(q(BUCKET_COL))).sortWithinPartitions(F.col(_SPLIT), *order)
     split.write.partitionBy(_SPLIT).mode("errorifexists").parquet(str(directory))
     _flatten(directory)
+
+
+def one_bucket_per_task(df: DataFrame, buckets: int) -> bool:
+    """Whether the plan's only exchange is a repartition into `buckets` partitions by hash (`stored_values`):
+    then Spark partition `i` holds the rows of bucket `i`, and every task writes one bucket. Read off the
+    physical plan before adaptive execution (which may remove an exchange, never add one)."""
+    plan = str(df._jdf.queryExecution().sparkPlan().toString())  # noqa: SLF001 (no public API for the plan)
+    exchanges = re.findall(r"Exchange [^\n]*", plan)
+    return len(exchanges) == 1 and bool(re.search(rf"hashpartitioning\(.*, {buckets}\), REPARTITION_BY_NUM", plan))
 
 
 def _flatten(directory: Path) -> None:

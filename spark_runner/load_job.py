@@ -719,14 +719,14 @@ def run_load_job(
     elif decision:
         out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the rows and the deletes come from one computation
         try:
-            write_rows(out.where(WINS).drop(*decision), directory, sort=keys)
+            write_rows(out.where(WINS).drop(*decision), directory, sort=keys, buckets=buckets)
             files = rowset_files(directory)
             beaten = out.where(f"{WINS} AND {STORED_FILE} IS NOT NULL")
             deletes = write_deletes(beaten.selectExpr(f"{STORED_FILE} AS file_path", f"{STORED_POS} AS pos"), directory)
         finally:
             out.unpersist()
     else:
-        write_rows(out, directory, sort=keys)
+        write_rows(out, directory, sort=keys, buckets=buckets)
         files = rowset_files(directory)
     if partial_metrics is not None:
         found = partial_metrics.get

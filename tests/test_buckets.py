@@ -14,7 +14,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
+from spark_runner import service
 from tests.foreign_readers import as_reply, duckdb_rows, load_table, pyiceberg_rows
 from tests.helpers import DorisClient, assert_doris_result
 
@@ -113,3 +115,25 @@ def test_lookups_and_point_queries_read_their_buckets_and_answer_as_a_full_read(
     doris.sql(db, "UPDATE c SET v = 51 WHERE k = 'a5' AND n = 5")
     assert doris.rows(db, "SELECT * FROM (SELECT k, v FROM c WHERE k = 'a5' AND n = 5) x") == [["a5", 51]]
     assert doris.rows(db, "SELECT count(*) FROM c") == [[601]]
+
+
+def test_a_big_load_writes_one_file_per_bucket(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loads over `PARTITION_BYTES` run one Spark partition per bucket: into an empty table the repartition is the
+    plan's only exchange and each task writes its bucket's file as is; a later load's lookup joins reshuffle, and
+    Spark's writer splits by bucket. Either way a file holds one bucket (a bigger threshold keeps the test small)."""
+    monkeypatch.setattr(service, "PARTITION_BYTES", 1)
+    doris.sql(db, DDL)
+    _load(doris, db, "t", [f"{k},v{k},1" for k in range(3000)])
+    data, _ = _partition_of_files(server_settings.resolved_data_dir, db, "t")
+    assert sorted(data.values()) == [0, 1, 2, 3], "one file per bucket"
+    _load(doris, db, "t", [f"{k},w{k},2" for k in range(0, 3000, 2)])
+    data, deletes = _partition_of_files(server_settings.resolved_data_dir, db, "t")
+    for path, bucket in data.items():
+        stored = pq.read_table(path.removeprefix("file://"), columns=[BUCKET])
+        assert pc.unique(stored.column(BUCKET)).to_pylist() == [bucket], path
+    assert len(deletes) == 4
+    expected = as_reply([[k, f"w{k}" if k % 2 == 0 else f"v{k}", 2 if k % 2 == 0 else 1] for k in range(3000)])
+    assert pyiceberg_rows(server_settings.resolved_data_dir, db, "t") == expected
+    assert doris.rows(db, "SELECT count(*) FROM t WHERE v LIKE 'w%'") == [[1500]]
