@@ -16,6 +16,9 @@ from sqlglot import exp
 
 from tables.model import TableDef
 
+# values of one column beyond which the filter prunes nothing: each is compared with every file's bounds
+MAX_VALUES = 1000
+
 
 def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]] | None:
     """The values of key columns rows of `table` must hold to pass its query's filter (by the table's own column
@@ -36,7 +39,7 @@ def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]
     terms = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
     for term in terms:
         found = _pinned_values(term, names) if isinstance(term, exp.Expression) else None
-        if found is None or found[0] not in keys:
+        if found is None or found[0] not in keys or len(found[1]) > MAX_VALUES:
             continue
         column = keys[found[0]]
         if all(_same_kind(column.type.is_integer, column.type.name, v) for v in found[1]):
