@@ -103,6 +103,8 @@ def build_request(db: str, table: str, options: OptionValues, *, limits: InputLi
     compression = parse_compression(
         options.text("compress_type"), options.text("Content-Encoding"), format_header=options.text("format") or ""
     )
+    if options.text("partitions") and options.text("temporary_partitions"):
+        raise BadHeader("Can not specify both partitions and temporary partitions")
     for name in NOT_BUILT_HEADERS:
         if options.text(name):
             raise BadHeader(f"header {name} is not supported by this server yet")
@@ -111,7 +113,12 @@ def build_request(db: str, table: str, options: OptionValues, *, limits: InputLi
     two_phase_commit = options.value("two_phase_commit")
     group_commit = options.value("group_commit")
     # Doris uses group commit only for plain loads; there a label of the client's own is refused
-    plain = not two_phase_commit and not partial_columns and not options.sent("unique_key_update_mode")
+    plain = (
+        not two_phase_commit
+        and not partial_columns
+        and not options.sent("unique_key_update_mode")
+        and not options.text("partitions")
+    )
     if group_commit and group_commit != "off_mode" and plain and options.text("label"):
         raise BadHeader("label and group_commit can't be set at the same time")
     options.check(o.name for o in LOAD_OPTIONS if o.ignored)
@@ -171,8 +178,14 @@ def build_request(db: str, table: str, options: OptionValues, *, limits: InputLi
         partial_update_new_key_behavior=behavior,
         two_phase_commit=two_phase_commit,
         group_commit=group_commit,
+        partitions=partition_names(options.text("partitions") or ""),
         limits=limits,
     )
+
+
+def partition_names(text: str) -> tuple[str, ...]:
+    """`p1, p2` (the `partitions` header, a PARTITION clause's list) as names, quotes and spaces stripped."""
+    return tuple(n.strip().strip("`") for n in text.split(",") if n.strip().strip("`"))
 
 
 def _partial_columns(options: OptionValues, fmt: str) -> bool:

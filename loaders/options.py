@@ -53,7 +53,7 @@ CONTENT_ENCODINGS: dict[str, Literal["gz", "lz4", "zstd", "deflate"]] = {
     "deflate": "deflate",
 }
 # Headers whose features are not built yet: a load sending one is refused rather than silently misapplied.
-NOT_BUILT_HEADERS = ("partitions", "temporary_partitions")
+NOT_BUILT_HEADERS = ("temporary_partitions",)
 
 _SAME = object()  # `LoadOption.doc_default` when the documented default is the default itself
 
@@ -390,6 +390,11 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
         allowed=("APPEND", "ERROR"),
         error="Invalid partial_update_new_key_behavior {upper}, must be one of {{'APPEND', 'ERROR'}}",
         properties=frozenset({"routine"}),
+    ),
+    _text(
+        "partitions",
+        "`p1, p2`: load only into these partitions of a partitioned table; rows of other partitions are filtered "
+        "(`no partition for this tuple`, counted against `max_filter_ratio`). Not used with group commit.",
     ),
     _text(
         "group_commit",

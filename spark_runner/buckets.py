@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from spark_runner.sqltext import lit, q, storage_type_sql
 from tables.catalog import TableHandle
 from tables.model import BUCKET_COL, TableDef
+from tables.partitions import PARTITION_COL, partition_sql
 
 _SPLIT = "__sl_bucket"  # the copy Spark's writer splits by (and drops from the files)
 
@@ -61,20 +62,30 @@ def with_bucket(df: DataFrame, table: TableDef, field_id: int, *, per_bucket: bo
     return df.withColumn(BUCKET_COL, column.alias(BUCKET_COL, metadata={"parquet.field.id": field_id}))
 
 
+def with_partition(df: DataFrame, table: TableDef, field_ids: dict[str, int]) -> DataFrame:
+    """`df` with `PARTITION_COL` added when the files get it (`stored_field_ids`): the id of the row's partition,
+    computed from its partition columns (a row no partition holds was filtered before)."""
+    if PARTITION_COL not in field_ids or table.partitioning is None:
+        return df
+    columns = [q(c) for c in table.partitioning.columns]
+    column = F.expr(partition_sql(table.partitioning, columns, table.partition_types()))
+    return df.withColumn(
+        PARTITION_COL, column.alias(PARTITION_COL, metadata={"parquet.field.id": field_ids[PARTITION_COL]})
+    )
+
+
 def stored_field_ids(handle: TableHandle, table: TableDef | None = None) -> dict[str, int]:
     """The Iceberg field id of every stored column (the table's columns, hidden ones and, when it is bucketed,
-    `BUCKET_COL`: the files get the bucket column exactly when this holds it), for the handle's definition or
-    `table`."""
+    `BUCKET_COL`, and when it is partitioned `PARTITION_COL`: the files get these columns exactly when this holds
+    them), for the handle's definition or `table`."""
     table = table or handle.definition
     ids = {c.name: handle.field_id(c.name) for c in table.all_columns()}
-    field = handle.iceberg.schema().find_field(BUCKET_COL) if table.bucketed and has_bucket_field(handle) else None
-    return ids | ({BUCKET_COL: field.field_id} if field is not None else {})
-
-
-def has_bucket_field(handle: TableHandle) -> bool:
-    """Whether the table's Iceberg schema has `BUCKET_COL` (a bucketed table's has, unless something other than
-    this server made it)."""
-    return any(f.name == BUCKET_COL for f in handle.iceberg.schema().fields)
+    names = {f.name: f.field_id for f in handle.iceberg.schema().fields}
+    if table.bucketed and BUCKET_COL in names:
+        ids[BUCKET_COL] = names[BUCKET_COL]
+    if table.partitioned and PARTITION_COL in names:
+        ids[PARTITION_COL] = names[PARTITION_COL]
+    return ids
 
 
 def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str], buckets: int = 0) -> None:
@@ -86,10 +97,15 @@ def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str], buckets:
     otherwise Spark's writer splits each task's rows by bucket, which makes the sort `(bucket, key)` and costs a
     big load ~15% (a constant first sort key defeats Spark's prefix sort)."""
     order = [F.col(q(c)) for c in sort]
-    if BUCKET_COL not in out.columns or (buckets > 1 and one_bucket_per_task(out, buckets)):
+    partitioned = PARTITION_COL in out.columns
+    if BUCKET_COL not in out.columns or (not partitioned and buckets > 1 and one_bucket_per_task(out, buckets)):
         (out.sortWithinPartitions(*order) if order else out).write.mode("errorifexists").parquet(str(directory))
         return
-    split = out.withColumn(_SPLIT, F.col(q(BUCKET_COL))).sortWithinPartitions(F.col(_SPLIT), *order)
+    tag = F.col(q(BUCKET_COL))
+    if partitioned:  # a file holds one bucket of one partition: `p10001-b3-part-...`
+        bucket = F.coalesce(tag.cast("string"), F.lit("x"))
+        tag = F.concat(F.lit("p"), F.col(q(PARTITION_COL)).cast("string"), F.lit("-b"), bucket)
+    split = out.withColumn(_SPLIT, tag).sortWithinPartitions(F.col(_SPLIT), *order)
     split.write.partitionBy(_SPLIT).mode("errorifexists").parquet(str(directory))
     _flatten(directory)
 
@@ -107,7 +123,7 @@ def _flatten(directory: Path) -> None:
     """Move the files out of Spark's partition directories (`__sl_bucket=3/`), the bucket in their names."""
     for part in sorted(directory.glob(f"{_SPLIT}=*")):
         tag = part.name.split("=", 1)[1]
-        prefix = f"b{tag}-" if tag.isdigit() else "bx-"
+        prefix = f"b{tag}-" if tag.isdigit() else f"{tag}-" if tag.startswith("p") else "bx-"
         for path in part.glob("*.parquet"):
             path.rename(directory / f"{prefix}{path.name}")
         shutil.rmtree(part)  # Spark's checksum files

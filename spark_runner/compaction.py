@@ -28,7 +28,7 @@ from pyiceberg.table import Transaction
 from pyiceberg.types import IntegerType
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_runner.buckets import stored_field_ids, stored_values, with_bucket, write_rows
+from spark_runner.buckets import stored_field_ids, stored_values, with_bucket, with_partition, write_rows
 from spark_runner.errors import spark_errors
 from spark_runner.load_job import with_field_ids
 from spark_runner.merge import merge_rows
@@ -172,6 +172,7 @@ def write_rowset(
     out = with_field_ids(df, ids)
     if BUCKET_COL in ids:
         out = with_bucket(out, table, ids[BUCKET_COL], per_bucket=True)
+    out = with_partition(out, table, ids)
     write_rows(out, directory, sort=table.key_columns)
     files = []
     for path in sorted(directory.glob("*.parquet")):

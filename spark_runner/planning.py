@@ -32,6 +32,7 @@ class LoadPlan:
     sequence_source: str | None  # a visible column (its stored value) or a scope name; None → NULL
     partial: bool = False  # fixed partial-column update: unlisted columns keep their stored values
     inherit_sequence: bool = False  # partial update that does not set the sequence: keep the stored one
+    partition_ids: frozenset[int] | None = None  # the `partitions` a load names (None: every partition)
 
     @property
     def reads_stored(self) -> bool:
@@ -135,6 +136,7 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         raise _need_sequence(table)
 
     return LoadPlan(
+        partition_ids=_named_partitions(request, table),
         request=request,
         table=table,
         source_fields=tuple(m.name for m in mappings if m.expr is None),
@@ -145,6 +147,29 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         partial=partial,
         inherit_sequence=inherit_sequence,
     )
+
+
+def _named_partitions(request: LoadRequest, table: TableDef) -> frozenset[int] | None:
+    """The ids of the partitions a load names (`partitions`), None when it names none; an unpartitioned table is
+    its one partition, named as the table (as in Doris).
+
+    Raises:
+        AnalysisError: a name the table has no partition of (Doris's ERR_UNKNOWN_PARTITION text).
+    """
+    if not request.partitions:
+        return None
+    if table.partitioning is None:
+        for name in request.partitions:
+            if name.lower() != table.name.lower():
+                raise AnalysisError(f"Unknown partition '{name}' in table '{table.name}'")
+        return None
+    ids = []
+    for name in request.partitions:
+        found = table.partitioning.find(name)
+        if found is None:
+            raise AnalysisError(f"Unknown partition '{name}' in table '{table.name}'")
+        ids.append(found.id)
+    return frozenset(ids)
 
 
 def _is_partial(request: LoadRequest, table: TableDef, known: dict[str, str]) -> bool:

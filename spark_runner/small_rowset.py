@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 
 from tables.model import VERSION_COL
+from tables.partitions import PARTITION_COL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,7 +72,15 @@ def write_collected(
         ]
     )
     directory.mkdir(parents=True, exist_ok=False)  # like Spark's `errorifexists`
-    path = directory / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
-    pq.write_table(rows.cast(schema), str(path), compression="snappy", store_decimal_as_integer=True)
-    return [str(path)], positions
+    rows = rows.cast(schema)
+    pieces: list[tuple[str, pa.Table]] = [("", rows)]
+    if PARTITION_COL in rows.column_names:  # a file holds one partition's rows (`tables.partitions`)
+        ids = rows.column(PARTITION_COL)
+        pieces = [(f"p{pid}-", rows.filter(pa.compute.equal(ids, pid))) for pid in ids.unique().to_pylist()]
+    files = []
+    for prefix, piece in pieces:
+        path = directory / f"{prefix}part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
+        pq.write_table(piece, str(path), compression="snappy", store_decimal_as_integer=True)
+        files.append(str(path))
+    return files, positions

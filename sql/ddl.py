@@ -6,10 +6,12 @@ with DISTRIBUTED BY and PROPERTIES together, so this statement is read with a to
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from sqlglot import TokenType
 
+from sql.partition_ddl import PartitionClause, build_partitioning, parse_partition_clause
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, STORAGE_FORMAT, ColumnDef, KeysType, TableDef
@@ -173,6 +175,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
     buckets = DEFAULT_BUCKETS
     comment = ""
     props: dict[str, str] = {}
+    partition_clause: PartitionClause | None = None
     while not cur.at_end():
         if cur.accept("ENGINE"):
             cur.expect_type(TokenType.EQ, "=")
@@ -189,10 +192,10 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             _name_list(cur)
         elif cur.accept("COMMENT"):
             comment = cur.string()
-        elif cur.accept("PARTITION", "BY"):
-            raise SqlError("Partitioned tables are not supported yet")
-        elif cur.accept("AUTO", "PARTITION", "BY"):
-            raise SqlError("Partitioned tables are not supported yet")
+        elif cur.accept("PARTITION BY"):  # one token to sqlglot's tokenizer
+            partition_clause = parse_partition_clause(cur)
+        elif cur.accept("AUTO", "PARTITION BY"):
+            raise SqlError("AUTO PARTITION is not supported by this server yet")
         elif cur.accept("DISTRIBUTED", "BY"):
             if cur.accept("HASH"):
                 bucket_cols = _name_list(cur)
@@ -218,6 +221,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
             buckets=buckets,
             comment=comment,
             props=props,
+            partition_clause=partition_clause,
         ),
         if_not_exists=if_not_exists,
     )
@@ -270,6 +274,7 @@ def build_table_def(
     buckets: int,
     comment: str,
     props: dict[str, str],
+    partition_clause: PartitionClause | None = None,
 ) -> TableDef:
     """Apply Doris's CREATE TABLE rules and build the definition.
 
@@ -332,6 +337,10 @@ def build_table_def(
     )
     if replace_if_not_null and keys_type is not KeysType.UNIQUE:
         raise SqlError("enable_unique_key_replace_if_not_null is only supported in unique tables")
+    partitioning = None
+    if partition_clause is not None:
+        created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        partitioning = build_partitioning(partition_clause, fixed, keys_type, created)
     seq_col = props.get("function_column.sequence_col")
     seq_type_raw = props.get("function_column.sequence_type")
     seq_type: DorisType | None = None
@@ -373,6 +382,7 @@ def build_table_def(
         comment=comment,
         properties=props,
         storage_format=STORAGE_FORMAT,
+        partitioning=partitioning,
     )
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
+from tables.partitions import PARTITION_COL
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
 
@@ -84,11 +85,22 @@ class TableHandle:
 PARTITION_FIELD_ID = 1000
 
 
-def bucket_spec(source_id: int) -> PartitionSpec:
-    """A bucketed table's partition spec: identity on `BUCKET_COL` (room for Doris partition fields before it)."""
-    return PartitionSpec(
+def bucket_spec(source_id: int, partition_source_id: int | None = None) -> PartitionSpec:
+    """A bucketed table's partition spec: identity on `BUCKET_COL`, then, for a partitioned table, identity on
+    `PARTITION_COL` (a file holds one bucket of one partition)."""
+    fields = [
         PartitionField(source_id=source_id, field_id=PARTITION_FIELD_ID, transform=IdentityTransform(), name=BUCKET_COL)
-    )
+    ]
+    if partition_source_id is not None:
+        fields.append(
+            PartitionField(
+                source_id=partition_source_id,
+                field_id=PARTITION_FIELD_ID + 1,
+                transform=IdentityTransform(),
+                name=PARTITION_COL,
+            )
+        )
+    return PartitionSpec(*fields)
 
 
 def _plain_path(uri: str) -> str:
@@ -174,7 +186,10 @@ class Catalog:
         spec = UNPARTITIONED_PARTITION_SPEC
         if definition.bucketed:
             fields.append(NestedField(field_id=len(fields) + 1, name=BUCKET_COL, field_type=IntegerType()))
-            spec = bucket_spec(len(fields))
+            bucket_id = len(fields)
+            if definition.partitioned:
+                fields.append(NestedField(field_id=len(fields) + 1, name=PARTITION_COL, field_type=IntegerType()))
+            spec = bucket_spec(bucket_id, len(fields) if definition.partitioned else None)
         with self._ddl_lock:
             if self._iceberg.table_exists((definition.db, definition.name)):
                 if if_not_exists:

@@ -92,6 +92,7 @@ class LoadRequest(BaseModel):
     source: Literal["stream_load", "insert", "broker_load"] = "stream_load"
     two_phase_commit: bool = False
     group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
+    partitions: tuple[str, ...] = ()  # the `partitions` header: rows of other partitions are filtered
     limits: InputLimits = InputLimits()
 
 

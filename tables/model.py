@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
+from tables.partitions import Partitioning
 from tables.types import DorisType
 
 DELETE_SIGN = "__DORIS_DELETE_SIGN__"
@@ -111,6 +112,8 @@ class TableDef(BaseModel):
     # 2 keeps merge-on-write unique tables merged in Iceberg's own terms (`positional`); 3 adds the bucket to
     # the Iceberg partition spec (`bucketed`); see `STORAGE_FORMAT`
     storage_format: int = 1
+    # `PARTITION BY RANGE|LIST`: None for an unpartitioned table (Doris's single partition named as the table)
+    partitioning: Partitioning | None = None
 
     # -- columns -------------------------------------------------------------------------
     def column(self, name: str) -> ColumnDef | None:
@@ -211,6 +214,24 @@ class TableDef(BaseModel):
         if self.bucket_columns and (self.is_duplicate or set(self.bucket_columns) <= set(self.key_columns)):
             return self.bucket_columns
         return self.key_columns
+
+    @property
+    def partitioned(self) -> bool:
+        """The table has `PARTITION BY`: its Iceberg schema has `PARTITION_COL` and its spec an identity field on
+        it, so every file holds one partition's rows."""
+        return self.partitioning is not None
+
+    def partition_types(self) -> tuple[DorisType, ...]:
+        """The types of the partition columns, in their order."""
+        if self.partitioning is None:
+            return ()
+        return tuple(self._column_type(c) for c in self.partitioning.columns)
+
+    def _column_type(self, name: str) -> DorisType:
+        col = self.column(name)
+        if col is None:
+            raise ValueError(f"table {self.name} has no column {name}")
+        return col.type
 
     def sequence_group(self, column: str) -> str | None:
         """The mapped sequence column ordering `column` (itself for a sequence column), if any."""

@@ -1,0 +1,308 @@
+"""Doris partitions: RANGE and LIST partitioning of a table, its partitions, and where each row goes.
+
+A partition is a named range (`[lower, upper)`, lexicographic over the partition columns) or list of values. Its
+id is stored with every row in `PARTITION_COL`, an Iceberg column no statement sees, the source of an identity
+field of the table's partition spec: every data file holds the rows of one partition, so dropping or truncating
+a partition removes its files in one commit, a read of some partitions opens only their files, and a foreign
+Iceberg reader can prune by it. Bounds are kept as the text of their literals; `MINVALUE` / `MAXVALUE` are
+the open ends (range partition columns are integers and dates, so no value is spelled so).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from tables.errors import SqlError
+from tables.types import DorisType
+
+PARTITION_COL = "__DORIS_PARTITION__"
+MINVALUE = "MINVALUE"
+MAXVALUE = "MAXVALUE"
+NO_PARTITION = "no partition for this tuple"  # the reason of a row no partition holds (Doris's text)
+RANGE_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "LARGEINT", "DATE", "DATETIME")
+LIST_TYPES = (*RANGE_TYPES, "BOOLEAN", "CHAR", "VARCHAR", "STRING")
+FIRST_PARTITION_ID = 10001  # ids are per table; Doris's are catalog-wide numbers of this size
+_INT_RANGE = {
+    "TINYINT": (-(2**7), 2**7 - 1),
+    "SMALLINT": (-(2**15), 2**15 - 1),
+    "INT": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+    "LARGEINT": (-(2**127), 2**127 - 1),
+}
+
+
+class PartitionKind(StrEnum):
+    RANGE = "RANGE"
+    LIST = "LIST"
+
+
+class PartitionDef(BaseModel):
+    """One partition: a range `[lower, upper)` of partition-column tuples, or the tuples of a list."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    name: str
+    lower: tuple[str, ...] = ()  # RANGE: one bound per partition column, MINVALUE where open
+    upper: tuple[str, ...] = ()  # RANGE: MAXVALUE where open
+    values: tuple[tuple[str | None, ...], ...] = ()  # LIST: each a tuple of the partition columns' values
+    fixed: bool = False  # RANGE: declared `VALUES [(lower), (upper))` rather than `VALUES LESS THAN (upper)`
+    temporary: bool = False
+    create_time: str = ""
+
+
+class Partitioning(BaseModel):
+    """`PARTITION BY RANGE|LIST (columns) (...)`: the kind, the columns and the partitions, in creation order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: PartitionKind
+    columns: tuple[str, ...]
+    partitions: tuple[PartitionDef, ...] = ()
+    next_id: int = FIRST_PARTITION_ID
+
+    def formal(self) -> tuple[PartitionDef, ...]:
+        """The partitions queries and loads see (temporary ones aside)."""
+        return tuple(p for p in self.partitions if not p.temporary)
+
+    def find(self, name: str, *, temporary: bool = False) -> PartitionDef | None:
+        """A partition by name, case-insensitively as Doris matches partition names."""
+        lower = name.lower()
+        return next((p for p in self.partitions if p.name.lower() == lower and p.temporary == temporary), None)
+
+    def named(self, names: Iterable[str], *, temporary: bool = False) -> list[PartitionDef]:
+        """The partitions of these names.
+
+        Raises: SqlError with Doris's text for a name the table does not have.
+        """
+        out = []
+        for name in names:
+            found = self.find(name, temporary=temporary)
+            if found is None:
+                raise SqlError(f"Partition does not exist: {name}" if not temporary else f"Unknown partition: {name}")
+            out.append(found)
+        return out
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+
+def parse_value(text: str, t: DorisType) -> Any:
+    """A bound or list value as a Python value of the column's type (for ordering and checks).
+
+    Raises: SqlError when the text is not a value of the type.
+    """
+    try:
+        if t.name in _INT_RANGE:
+            value = int(text.strip())
+            low, high = _INT_RANGE[t.name]
+            if not low <= value <= high:
+                raise ValueError
+            return value
+        if t.name == "DATE":
+            return dt.date.fromisoformat(text.strip()[:10]) if len(text.strip()) != 8 else _compact_date(text)
+        if t.name == "DATETIME":
+            stripped = text.strip()
+            return dt.datetime.fromisoformat(stripped if len(stripped) != 8 else f"{_compact_date(stripped)}")
+        if t.name == "BOOLEAN":
+            lowered = text.strip().lower()
+            if lowered not in ("true", "false", "1", "0"):
+                raise ValueError
+            return lowered in ("true", "1")
+    except ValueError:
+        raise SqlError(f"Invalid {t.sql()} value: '{text}' for a partition key") from None
+    return text
+
+
+def _compact_date(text: str) -> dt.date:
+    return dt.date(int(text[:4]), int(text[4:6]), int(text[6:8]))
+
+
+def canonical(text: str, t: DorisType) -> str:
+    """The value as Doris prints it back (`2024-1-1` → `2024-01-01`; datetimes with seconds)."""
+    value = parse_value(text, t)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _rank(bound: Sequence[str], types: Sequence[DorisType]) -> tuple[tuple[int, Any], ...]:
+    """A range bound as a sortable tuple: MINVALUE below every value, MAXVALUE above."""
+    out: list[tuple[int, Any]] = []
+    for text, t in zip(bound, types, strict=True):
+        if text == MINVALUE:
+            out.append((0, 0))
+        elif text == MAXVALUE:
+            out.append((2, 0))
+        else:
+            out.append((1, parse_value(text, t)))
+    return tuple(out)
+
+
+def sorted_ranges(partitions: Iterable[PartitionDef], types: Sequence[DorisType]) -> list[PartitionDef]:
+    """Range partitions in the order of their ranges."""
+    return sorted(partitions, key=lambda p: _rank(p.upper, types))
+
+
+def describe_bound(bound: Sequence[str], types: Sequence[DorisType]) -> str:
+    """`types: [INT]; keys: [10]; ` as Doris prints a partition key (MINVALUE as the type's least value)."""
+    keys = []
+    for text, t in zip(bound, types, strict=True):
+        if text == MINVALUE:
+            keys.append(_least(t))
+        else:
+            keys.append(text)
+    return f"types: [{', '.join(t.schema_name() for t in types)}]; keys: [{', '.join(keys)}]; "
+
+
+def _least(t: DorisType) -> str:
+    if t.name in _INT_RANGE:
+        return str(_INT_RANGE[t.name][0])
+    if t.name == "DATE":
+        return "0000-01-01"
+    if t.name == "DATETIME":
+        return "0000-01-01 00:00:00"
+    return ""
+
+
+def describe(partition: PartitionDef, kind: PartitionKind, types: Sequence[DorisType]) -> str:
+    """The `Range` column of `SHOW PARTITIONS`, and the range of Doris's overlap error."""
+    if kind is PartitionKind.RANGE:
+        return f"[{describe_bound(partition.lower, types)}..{describe_bound(partition.upper, types)})"
+    items = [
+        f"types: [{', '.join(t.schema_name() for t in types)}]; keys: [{', '.join(v or 'NULL' for v in value)}]; "
+        for value in partition.values
+    ]
+    return "[" + ", ".join(items) + "]"
+
+
+def check_new(partitioning: Partitioning, new: PartitionDef, types: Sequence[DorisType]) -> None:
+    """Doris's checks of a partition joining the table (its temporary or its formal partitions).
+
+    Raises: SqlError on a duplicate name, an empty range, or a range or value another partition holds.
+    """
+    if partitioning.find(new.name, temporary=new.temporary) is not None or (
+        new.temporary and partitioning.find(new.name) is not None
+    ):
+        raise SqlError(f"Duplicate partition name {new.name}")
+    others = [p for p in partitioning.partitions if p.temporary == new.temporary]
+    if partitioning.kind is PartitionKind.RANGE:
+        low, high = _rank(new.lower, types), _rank(new.upper, types)
+        if low >= high:
+            raise SqlError(
+                f"Invalid range value format: lower bound {describe_bound(new.lower, types).strip()} is not less "
+                f"than upper bound {describe_bound(new.upper, types).strip()}"
+            )
+        for other in others:
+            if _rank(other.lower, types) < high and low < _rank(other.upper, types):
+                raise SqlError(
+                    f"Range {describe(new, partitioning.kind, types)} is intersected with range: "
+                    f"{describe(other, partitioning.kind, types)}"
+                )
+        return
+    seen: dict[tuple[Any, ...], str] = {}
+    for other in others:
+        for value in other.values:
+            seen[_list_key(value, types)] = other.name
+    mine: set[tuple[Any, ...]] = set()
+    for value in new.values:
+        key = _list_key(value, types)
+        if key in seen or key in mine:
+            shown = ", ".join(v or "NULL" for v in value)
+            raise SqlError(f"The partition key[({shown})] in partition item[{new.name}] is conflict")
+        mine.add(key)
+
+
+def _list_key(value: Sequence[str | None], types: Sequence[DorisType]) -> tuple[Any, ...]:
+    return tuple(None if v is None else parse_value(v, t) for v, t in zip(value, types, strict=True))
+
+
+def less_than_lower(partitioning: Partitioning, upper: tuple[str, ...], types: Sequence[DorisType]) -> tuple[str, ...]:
+    """The lower bound of a `VALUES LESS THAN (upper)` partition: the greatest upper bound below it among the
+    partitions (MINVALUE when none), as Doris computes it."""
+    target = _rank(upper, types)
+    below = [p.upper for p in partitioning.partitions if not p.temporary and _rank(p.upper, types) < target]
+    if not below:
+        return tuple(MINVALUE for _ in types)
+    return max(below, key=lambda b: _rank(b, types))
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+
+def literal_sql(text: str, t: DorisType) -> str:
+    """A bound or list value as a Spark SQL literal of the column's storage type."""
+    value = parse_value(text, t)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"CAST({value} AS DECIMAL(38,0))" if t.name == "LARGEINT" else str(value)
+    if isinstance(value, dt.datetime):
+        return f"TIMESTAMP_NTZ'{value.strftime('%Y-%m-%d %H:%M:%S')}'"
+    if isinstance(value, dt.date):
+        return f"DATE'{value.isoformat()}'"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def partition_sql(
+    partitioning: Partitioning, columns: Sequence[str], types: Sequence[DorisType], ids: AbstractSet[int] | None = None
+) -> str:
+    """Spark SQL for a row's partition id over its (quoted) partition `columns`, NULL when no partition holds
+    it; only partitions in `ids` when given (a load naming its partitions). A NULL value of a range column sorts
+    below every value, as Doris places it."""
+    parts = [p for p in partitioning.formal() if ids is None or p.id in ids]
+    if partitioning.kind is PartitionKind.LIST:
+        branches = []
+        for p in parts:
+            tests = []
+            for value in p.values:
+                tests.append(
+                    " AND ".join(
+                        f"{c} IS NULL" if v is None else f"{c} = {literal_sql(v, t)}"
+                        for c, v, t in zip(columns, value, types, strict=True)
+                    )
+                )
+            if tests:
+                branches.append(f"WHEN {' OR '.join(f'({x})' for x in tests)} THEN {p.id}")
+        return f"CAST(CASE {' '.join(branches)} END AS INT)" if branches else "CAST(NULL AS INT)"
+    ordered = sorted_ranges(parts, types)
+    if not ordered:
+        return "CAST(NULL AS INT)"
+    return f"CAST({_range_tree(ordered, 0, len(ordered) - 1, columns, types)} AS INT)"
+
+
+def _range_tree(parts: list[PartitionDef], lo: int, hi: int, columns: Sequence[str], types: Sequence[DorisType]) -> str:
+    """A balanced CASE over ranges sorted by upper bound: log2(n) comparisons a row."""
+    if lo == hi:
+        p = parts[lo]
+        inside = f"NOT ({_less(columns, p.lower, types)}) AND {_less(columns, p.upper, types)}"
+        return f"CASE WHEN {inside} THEN {p.id} END"
+    mid = (lo + hi) // 2
+    left = _range_tree(parts, lo, mid, columns, types)
+    right = _range_tree(parts, mid + 1, hi, columns, types)
+    return f"CASE WHEN {_less(columns, parts[mid].upper, types)} THEN {left} ELSE {right} END"
+
+
+def _less(columns: Sequence[str], bound: Sequence[str], types: Sequence[DorisType]) -> str:
+    """Never-NULL SQL: the row's tuple sorts below `bound` (NULL below every value, above MINVALUE's nothing)."""
+    expr = "false"
+    for c, text, t in reversed(list(zip(columns, bound, types, strict=True))):
+        if text == MAXVALUE:
+            less, equal = "true", "false"
+        elif text == MINVALUE:
+            less, equal = "false", f"{c} IS NULL"
+        else:
+            value = literal_sql(text, t)
+            less, equal = f"({c} IS NULL OR {c} < {value})", f"coalesce({c} = {value}, false)"
+        expr = less if expr == "false" else f"({less} OR ({equal} AND {expr}))"
+    return expr
