@@ -185,8 +185,9 @@ def write_rowset(
     return files
 
 
-def add_bucket_field(tx: Transaction) -> None:
-    """Iceberg schema and spec evolution: `BUCKET_COL` and the identity partition field on it."""
+def add_bucket_field(tx: Transaction, version: int = 0) -> None:
+    """Iceberg schema and spec evolution: `BUCKET_COL` and the identity partition field on it (the change's version
+    is not needed)."""
     with tx.update_schema() as update:
         update.add_column(BUCKET_COL, IntegerType())
     with tx.update_spec() as spec:

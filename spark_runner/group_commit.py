@@ -84,7 +84,7 @@ def group_mode(prepared: PreparedLoad, load_bytes: int) -> str | None:
     """
     req = prepared.request
     mode = req.group_commit or prepared.plan.table.properties.get(MODE_PROPERTY, "off_mode").lower()
-    if mode not in ("sync_mode", "async_mode") or req.two_phase_commit or prepared.plan.reads_stored:
+    if mode not in ("sync_mode", "async_mode") or req.two_phase_commit or req.partitions or prepared.plan.reads_stored:
         return None
     return mode if load_bytes > 0 else None
 

@@ -412,16 +412,25 @@ class QueryViews:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.drop()
 
-    def merged_view(self, handle: TableHandle, *, show_hidden: bool, pinned: dict[str, list[Any]] | None = None) -> str:
+    def merged_view(
+        self,
+        handle: TableHandle,
+        *,
+        show_hidden: bool,
+        pinned: dict[str, list[Any]] | None = None,
+        partitions: frozenset[int] | None = None,
+    ) -> str:
         """A new view of the table's merged rows (`merged_rows`); returns its name. `pinned`: the only values of
         some key columns the query can keep (its filter says so); the view then reads only the files that may
-        hold them: their buckets' (when every distribution column is pinned) and those whose bounds can."""
+        hold them: their buckets' (when every distribution column is pinned) and those whose bounds can.
+        `partitions`: the only Doris partitions it reads (named, or all its filter can keep)."""
         view = f"__v_{uuid.uuid4().hex}"
         wanted = None
-        if pinned:
+        if pinned or partitions is not None:
             wanted = FileFilter(
-                buckets=key_buckets(self.spark, handle.definition, pinned),
-                values=tuple((column, tuple(values)) for column, values in pinned.items()),
+                buckets=key_buckets(self.spark, handle.definition, pinned) if pinned else None,
+                values=tuple((column, tuple(values)) for column, values in (pinned or {}).items()),
+                partitions=partitions,
             )
         merged_rows(self.spark, handle, show_hidden=show_hidden, wanted=wanted).createOrReplaceTempView(view)
         self.names.append(view)

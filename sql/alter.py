@@ -23,6 +23,7 @@ from sql.ddl import (
     parse_properties,
     split_type,
 )
+from sql.partition_ddl import PartitionDesc, add_partition, parse_partition_desc
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
@@ -42,6 +43,8 @@ class Clause:
     after: str | None = None
     first: bool = False
     properties: dict[str, str] = field(default_factory=dict)
+    partition: PartitionDesc | None = None  # ADD PARTITION
+    if_exists: bool = False  # DROP PARTITION IF EXISTS
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def _placement(cur: Cursor) -> tuple[str | None, bool, dict[str, str]]:
 
 
 def _clause(cur: Cursor) -> Clause:
+    if cur.word(0) in ("ADD", "DROP", "REPLACE") and cur.word(1) in ("TEMPORARY", "PARTITION"):
+        return _partition_clause(cur)
     if cur.accept("ADD", "COLUMN") or cur.accept("ADD"):
         if cur.word() in ("ROLLUP", "INDEX", "PARTITION", "TEMPORARY"):
             raise SqlError(f"ALTER TABLE ADD {cur.word()} is not supported by this server")
@@ -122,8 +127,30 @@ def _clause(cur: Cursor) -> Clause:
     raise SqlError(f"This ALTER TABLE form is not supported by this server: {cur.word()}")
 
 
-def plan_alter(alter: AlterTable) -> Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]]:
-    """The change as a function of the current definition and the change's version.
+def _partition_clause(cur: Cursor) -> Clause:
+    """`ADD PARTITION p VALUES ...`, `DROP PARTITION [IF EXISTS] p`; the temporary forms are refused."""
+    verb = cur.next().text.upper()
+    if cur.word() == "TEMPORARY":
+        raise SqlError(f"ALTER TABLE {verb} TEMPORARY PARTITION is not supported by this server yet")
+    cur.expect("PARTITION")
+    if verb == "ADD":
+        return Clause(kind="ADD PARTITION", partition=parse_partition_desc(cur))
+    if verb == "DROP":
+        if_exists = cur.accept("IF", "EXISTS")
+        name = cur.name()
+        cur.accept("FORCE")
+        return Clause(kind="DROP PARTITION", name=name, if_exists=if_exists)
+    raise SqlError("ALTER TABLE REPLACE PARTITION is not supported by this server yet")
+
+
+PARTITION_CLAUSES = ("ADD PARTITION", "DROP PARTITION")
+
+
+def plan_alter(
+    alter: AlterTable, dropped: set[int] | None = None
+) -> Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]]:
+    """The change as a function of the current definition and the change's version; the ids of the partitions it
+    drops are added to `dropped` (their files go in the same commit: `tables.commit.remove_partitions`).
 
     The function raises SqlError with Doris's wording when a rule is broken; nothing is applied then.
     """
@@ -132,14 +159,41 @@ def plan_alter(alter: AlterTable) -> Callable[[TableDef, int], tuple[TableDef, l
         ops: list[SchemaOp] = []
         table = before
         for clause in alter.clauses:
-            table = _APPLY[clause.kind](table, clause, version, ops)
+            if clause.kind == "ADD PARTITION":
+                table = _add_partition(table, clause)
+            elif clause.kind == "DROP PARTITION":
+                table = _drop_partition(table, clause, dropped if dropped is not None else set())
+            else:
+                table = _APPLY[clause.kind](table, clause, version, ops)
         now = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-        if table != before:
+        if ops or any(c.kind not in PARTITION_CLAUSES for c in alter.clauses):
             job = AlterJob(job_id=int(time.time() * 1000), create_time=now, finish_time=now, schema_version=version)
             table = table.model_copy(update={"alter_jobs": (*table.alter_jobs, job)})
         return table, ops
 
     return change
+
+
+def _add_partition(table: TableDef, clause: Clause) -> TableDef:
+    if table.partitioning is None:
+        raise SqlError(f"Table[{table.name}]'s partition info is empty: it is not a partitioned table")
+    assert clause.partition is not None
+    created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    partitioning = add_partition(table.partitioning, clause.partition, table.partition_types(), created=created)
+    return table.model_copy(update={"partitioning": partitioning})
+
+
+def _drop_partition(table: TableDef, clause: Clause, dropped: set[int]) -> TableDef:
+    if table.partitioning is None:
+        raise SqlError(f"Table[{table.name}] is not a partitioned table")
+    found = table.partitioning.find(clause.name)
+    if found is None:
+        if clause.if_exists:
+            return table
+        raise SqlError(f"Error in list of partitions to {clause.name}")
+    dropped.add(found.id)
+    kept = tuple(p for p in table.partitioning.partitions if p.id != found.id)
+    return table.model_copy(update={"partitioning": table.partitioning.model_copy(update={"partitions": kept})})
 
 
 def _find(table: TableDef, name: str) -> ColumnDef:

@@ -3,7 +3,11 @@ run against the catalog and the single writer (`tables/commit.py`)."""
 
 from __future__ import annotations
 
-from sql.alter import AlterTable, parse_alter, plan_alter
+from dataclasses import dataclass
+
+from sqlglot import TokenType
+
+from sql.alter import PARTITION_CLAUSES, AlterTable, parse_alter, plan_alter
 from sql.context import SqlContext
 from sql.ddl import CreateTable, parse_create_table
 from sql.privileges import BUILTIN_DATABASES, require_db, require_table, require_visible_db
@@ -11,6 +15,9 @@ from sql.results import ExecStatus
 from sql.session import Session
 from sql.tokens import Cursor, Target
 from tables.accounts import Priv
+from tables.commit import remove_partitions
+from tables.errors import SqlError
+from tables.model import TableDef
 
 
 # -- parse ------------------------------------------------------------------------------------------------------
@@ -41,11 +48,29 @@ def parse_drop_table(cur: Cursor, current_db: str) -> Target:
     return Target(db=target.db, table=target.table, if_exists=if_exists, force=cur.accept("FORCE"))
 
 
-def parse_truncate(cur: Cursor, current_db: str) -> Target:
-    """`TRUNCATE [TABLE] [db.]t`."""
+@dataclass(frozen=True)
+class Truncate:
+    target: Target
+    partitions: tuple[str, ...] = ()  # `PARTITION (p1, p2)`: only these
+
+
+def parse_truncate(cur: Cursor, current_db: str) -> Truncate:
+    """`TRUNCATE [TABLE] [db.]t [PARTITION (p1, p2)]`."""
     cur.i = 1
     cur.accept("TABLE")
-    return cur.table(current_db)
+    target = cur.table(current_db)
+    names: list[str] = []
+    if cur.accept("PARTITION") or cur.accept("PARTITIONS"):
+        if cur.accept_type(TokenType.L_PAREN):
+            names.append(cur.name())
+            while cur.accept_type(TokenType.COMMA):
+                names.append(cur.name())
+            cur.expect_type(TokenType.R_PAREN, ")")
+        else:
+            names.append(cur.name())
+    if not cur.at_end():
+        raise cur.error("end of statement")
+    return Truncate(target=target, partitions=tuple(names))
 
 
 def parse_use(cur: Cursor, current_db: str) -> Target:
@@ -84,11 +109,26 @@ def drop_table(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
     return ExecStatus()
 
 
-def truncate(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
+def truncate(ctx: SqlContext, stmt: Truncate, session: Session) -> ExecStatus:
+    target = stmt.target
     require_table(session.privileges, Priv.LOAD, "LOAD", target.db, target.table)
     table = ctx.catalog.load(target.db, target.table).definition
-    ctx.writer.truncate(table.db, table.name)
+    ids = partition_ids(table, stmt.partitions) if stmt.partitions else None
+    ctx.writer.truncate(table.db, table.name, ids)
     return ExecStatus()
+
+
+def partition_ids(table: TableDef, names: tuple[str, ...]) -> frozenset[int] | None:
+    """The ids of named partitions (None: the whole table, for an unpartitioned table named as itself).
+
+    Raises: SqlError with Doris's text for a partition the table does not have.
+    """
+    if table.partitioning is None:
+        for name in names:
+            if name.lower() != table.name.lower():
+                raise SqlError(f"Partition does not exist: {name}")
+        return None
+    return frozenset(p.id for p in table.partitioning.named(names))
 
 
 def use(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
@@ -104,5 +144,14 @@ def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecSta
     """The change is planned against the table as it is when its version turn comes (`plan_alter`)."""
     require_table(session.privileges, Priv.ALTER, "ALTER", alter.db or session.db, alter.table)
     table = ctx.catalog.load(alter.db or session.db, alter.table).definition
-    ctx.writer.alter(table.db, table.name, plan_alter(alter))
+    dropped: set[int] = set()
+    change = plan_alter(alter, dropped)
+    kinds = {c.kind for c in alter.clauses}
+    if kinds <= set(PARTITION_CLAUSES):
+        # a partition added changes no schema (loads planned before it just do not route to it); a partition
+        # dropped does, so that no load planned before it writes into it afterwards
+        drops = "DROP PARTITION" in kinds
+        ctx.writer.alter(table.db, table.name, change, schema=drops, iceberg=remove_partitions(dropped))
+    else:
+        ctx.writer.alter(table.db, table.name, change, iceberg=remove_partitions(dropped))
     return ExecStatus()

@@ -19,6 +19,7 @@ from sqlglot import exp
 from spark_runner.sqltext import convert_sql, lit, q
 from sql.context import SqlContext
 from sql.insert import insert_request, live_rows, load_error_text, load_query
+from sql.partition_filter import named_partitions, query_partitions
 from sql.privileges import require_table
 from sql.results import ExecStatus
 from sql.select import parse_query
@@ -26,6 +27,7 @@ from sql.session import Session
 from tables.accounts import Priv
 from tables.errors import SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, DeletePredicate, TableDef
+from tables.partitions import PartitionDef, partition_sql
 from tables.schema_change import SchemaOp
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
@@ -77,8 +79,10 @@ def _check_value(table: TableDef, column: str, value: str) -> None:
         raise SqlError(f"Invalid column value[{value}] for column {col.name}") from None
 
 
-def delete_predicate(table: TableDef, where: exp.Expr, created: str, version: int) -> DeletePredicate:
-    """The stored predicate of a DELETE on a duplicate or aggregate table.
+def delete_predicate(
+    table: TableDef, where: exp.Expr, created: str, version: int, partitions: tuple[PartitionDef, ...] = ()
+) -> DeletePredicate:
+    """The stored predicate of a DELETE on a duplicate or aggregate table (of some of its partitions).
 
     Raises:
         SqlError: with Doris's message for a predicate form or column it refuses.
@@ -127,12 +131,17 @@ def delete_predicate(table: TableDef, where: exp.Expr, created: str, version: in
             conditions.append(f"{name} {sql_op} {convert_sql(lit(value), col.type)}")
             shown.append(f'{col.name} {doris_op} "{value}"')
         columns.append(col.name)
+    if partitions and table.partitioning is not None:
+        names = [q(c) for c in table.partitioning.columns]
+        ids = ", ".join(str(p.id) for p in partitions)
+        conditions.append(f"{partition_sql(table.partitioning, names, table.partition_types())} IN ({ids})")
     return DeletePredicate(
         version=version,
         condition=" AND ".join(f"({c})" for c in conditions),
         display=" AND ".join(shown),
         columns=tuple(dict.fromkeys(columns)),
         create_time=created,
+        partitions=tuple(p.name for p in partitions),
     )
 
 
@@ -143,17 +152,45 @@ def parse_delete(text: str) -> exp.Delete:
         SqlError: a syntax error, or a partition other than the table.
     """
     partition = _PARTITION.match(text)
+    names: list[str] = []
     if partition is not None:
+        if partition.group(2).upper().startswith("TEMPORARY"):
+            raise SqlError("DELETE FROM a TEMPORARY PARTITION is not supported by this server yet")
         names = [n.strip(" `") for n in (partition.group(3) or partition.group(4)).split(",")]
-        table_name = partition.group(1).split(".")[-1].strip("`")
-        for name in names:
-            if name != table_name:
-                raise SqlError(f"Partition does not exist: {name} (this server has no partitioned tables)")
         text = text[: partition.start(2)] + text[partition.end() :]
     tree = parse_query(text)
     if not isinstance(tree, exp.Delete) or not isinstance(tree.this, exp.Table):
         raise SqlError("Syntax error in DELETE")
+    if names:  # where a SELECT's `FROM t PARTITION (...)` is (`sql.partition_filter`)
+        tree.this.set("partition", exp.Partition(expressions=[exp.to_identifier(n) for n in names]))
     return tree
+
+
+def _partitions(tree: exp.Delete, table: TableDef, session: Session) -> tuple[PartitionDef, ...]:
+    """The partitions a DELETE names, or infers from its filter; () for the whole table.
+
+    Raises:
+        SqlError: an unknown partition; on a partitioned duplicate or aggregate table, none named nor inferable
+            without `SET delete_without_partition = true` (Doris's text).
+    """
+    clause = tree.this.args.get("partition")
+    names = [e.name for e in clause.expressions] if isinstance(clause, exp.Partition) else []
+    if names:
+        return named_partitions(table, names)
+    if table.partitioning is None or table.is_unique:
+        return ()
+    where = tree.args.get("where")
+    probe = exp.select("*").from_(exp.table_(table.name)).where(where.this.copy() if where else None)
+    source = probe.args["from_"].this
+    inferred = query_partitions(source, table)
+    if inferred is not None:
+        return tuple(p for p in table.partitioning.formal() if p.id in inferred)
+    if session.variables.get("delete_without_partition", "false").lower() != "true":
+        raise SqlError(
+            "This is a range or list partitioned table. You should specify partition in delete stmt, "
+            "or set delete_without_partition to true"
+        )
+    return ()
 
 
 def run_delete(ctx: SqlContext, tree: exp.Delete, session: Session) -> ExecStatus:
@@ -165,21 +202,25 @@ def run_delete(ctx: SqlContext, tree: exp.Delete, session: Session) -> ExecStatu
         raise SqlError("DELETE without a WHERE clause is not supported, use TRUNCATE TABLE")
     if table.is_unique and table.sequence_mapping:
         raise SqlError("DELETE is not supported on tables with sequence mapping: they have no delete sign")
+    partitions = _partitions(tree, table, session)
     if table.is_unique:
-        return _delete_markers(ctx, table, where, session)
+        return _delete_markers(ctx, table, where, session, partitions)
     created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    delete_predicate(table, where.this, created, 0)  # check before taking a version
+    delete_predicate(table, where.this, created, 0, partitions)  # check before taking a version
 
     def change(current: TableDef, version: int) -> tuple[TableDef, list[SchemaOp]]:
-        pred = delete_predicate(current, where.this, created, version)
+        pred = delete_predicate(current, where.this, created, version, partitions)
         return current.model_copy(update={"delete_predicates": (*current.delete_predicates, pred)}), []
 
     ctx.writer.alter(table.db, table.name, change, schema=False)
     return ExecStatus()
 
 
-def _delete_markers(ctx: SqlContext, table: TableDef, where: exp.Where, session: Session) -> ExecStatus:
-    """The matching rows loaded again with the delete sign set, each with its current sequence."""
+def _delete_markers(
+    ctx: SqlContext, table: TableDef, where: exp.Where, session: Session, partitions: tuple[PartitionDef, ...] = ()
+) -> ExecStatus:
+    """The matching rows (of the named partitions) loaded again with the delete sign set, each with its current
+    sequence."""
     names = [c.name for c in table.columns]
     if table.sequence_type is not None and table.sequence_col is None:
         names.append(SEQUENCE_COL)  # each marker carries the row's current sequence
@@ -187,6 +228,9 @@ def _delete_markers(ctx: SqlContext, table: TableDef, where: exp.Where, session:
     marker = exp.alias_(exp.Literal.number(1), DELETE_SIGN, quoted=True)
     request = insert_request(db=table.db, table=table.name, columns=[*names, DELETE_SIGN], strict=False)
     rows = live_rows(table, [*columns, marker], where)
+    if partitions:  # read by the SELECT as its `FROM t PARTITION (...)`
+        named = [exp.to_identifier(p.name) for p in partitions]
+        rows.args["from_"].this.set("partition", exp.Partition(expressions=named))
     result = load_query(
         ctx, rows, request, db=session.db, show_hidden=True, privileges=session.privileges, reads_target=True
     )

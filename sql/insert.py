@@ -52,6 +52,13 @@ def insert_target(tree: exp.Insert) -> tuple[exp.Table, list[str] | None]:
     raise SqlError("INSERT target must be a table")
 
 
+def _partition_clause(table: exp.Table) -> tuple[str, ...]:
+    """`INSERT INTO t PARTITION (p1, p2)`: rows of other partitions are filtered, as with the `partitions`
+    header."""
+    clause = table.args.get("partition")
+    return tuple(e.name for e in clause.expressions) if isinstance(clause, exp.Partition) else ()
+
+
 def values_rows(tree: exp.Insert, evaluate: Evaluate) -> list[list[str | None]] | None:
     source = tree.expression
     if not isinstance(source, exp.Values):
@@ -100,6 +107,7 @@ def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatu
         update={
             "partial_columns": partial and table.is_unique and table.merge_on_write,
             "partial_update_new_key_behavior": session.variables.get("partial_update_new_key_behavior", "APPEND"),
+            "partitions": _partition_clause(table_node),
         }
     )
     width = len(columns) if columns is not None else len(table.columns)

@@ -30,6 +30,7 @@ from tables.partitions import (
     PartitionKind,
     canonical,
     check_new,
+    least,
     less_than_lower,
     parse_value,
 )
@@ -96,33 +97,27 @@ def _bound(cur: Cursor) -> tuple[str, ...]:
     return tuple(v for v in values if v is not None)
 
 
-def parse_partition_desc(cur: Cursor, kind: PartitionKind) -> PartitionDesc:
+def parse_partition_desc(cur: Cursor) -> PartitionDesc:
     """`PARTITION [IF NOT EXISTS] name VALUES ...` (the word PARTITION read already), then per-partition
-    properties or a DISTRIBUTED BY, which are read and not kept."""
+    properties or a DISTRIBUTED BY, which are read and not kept. Whether the form fits the table's kind is
+    checked when the partition is added (`add_partition`)."""
     cur.accept("IF", "NOT", "EXISTS")
     name = cur.name()
     if not cur.accept("VALUES"):
         raise SqlError(f"Partition {name} has no VALUES: a default partition is not supported")
     desc: PartitionDesc
-    if kind is PartitionKind.RANGE:
-        if cur.accept("LESS", "THAN"):
-            if cur.accept("MAXVALUE"):
-                desc = PartitionDesc(name=name, less_than=(MAXVALUE,))
-            else:
-                desc = PartitionDesc(name=name, less_than=_bound(cur))
-        elif cur.accept_type(TokenType.L_BRACKET):
-            lower = _bound(cur)
-            cur.expect_type(TokenType.COMMA, ",")
-            upper = _bound(cur)
-            cur.expect_type(TokenType.R_PAREN, ")")
-            desc = PartitionDesc(name=name, lower=lower, upper=upper)
-        elif cur.word() == "IN":
-            raise SqlError("List partition desc is not allowed in a RANGE partitioned table")
+    if cur.accept("LESS", "THAN"):
+        if cur.accept("MAXVALUE"):
+            desc = PartitionDesc(name=name, less_than=(MAXVALUE,))
         else:
-            raise cur.error("LESS THAN or [")
-    else:
-        if not cur.accept("IN"):
-            raise SqlError("Range partition desc is not allowed in a LIST partitioned table")
+            desc = PartitionDesc(name=name, less_than=_bound(cur))
+    elif cur.accept_type(TokenType.L_BRACKET):
+        lower = _bound(cur)
+        cur.expect_type(TokenType.COMMA, ",")
+        upper = _bound(cur)
+        cur.expect_type(TokenType.R_PAREN, ")")
+        desc = PartitionDesc(name=name, lower=lower, upper=upper)
+    elif cur.accept("IN"):
         cur.expect_type(TokenType.L_PAREN, "(")
         values: list[tuple[str | None, ...]] = []
         while True:
@@ -134,6 +129,8 @@ def parse_partition_desc(cur: Cursor, kind: PartitionKind) -> PartitionDesc:
                 break
         cur.expect_type(TokenType.R_PAREN, ")")
         desc = PartitionDesc(name=name, values=tuple(values))
+    else:
+        raise cur.error("LESS THAN, [ or IN")
     if cur.at(TokenType.L_PAREN):  # ("replication_num" = "1") and the like
         cur.skip_parens()
     if cur.accept("DISTRIBUTED", "BY"):
@@ -163,7 +160,7 @@ def parse_partition_clause(cur: Cursor) -> PartitionClause:
     items: list[PartitionDesc | BatchDesc] = []
     while not cur.accept_type(TokenType.R_PAREN):
         if cur.accept("PARTITION"):
-            items.append(parse_partition_desc(cur, kind))
+            items.append(parse_partition_desc(cur))
         elif cur.accept("FROM"):
             if kind is not PartitionKind.RANGE:
                 raise SqlError("Batch partitions (FROM ... TO ... INTERVAL) are only for RANGE partitions")
@@ -260,7 +257,11 @@ def add_partition(
             assert desc.lower is not None and desc.upper is not None
             if len(desc.lower) != len(desc.upper):
                 raise SqlError("Lower range and upper range should have the same number of values")
-            lower = tuple(_canon(v, t) for v, t in zip(_full(desc.lower, width, MINVALUE), types, strict=True))
+            # the type's least value is the open end (SHOW CREATE TABLE prints MINVALUE so)
+            lower = tuple(
+                MINVALUE if v == least(t) else _canon(v, t)
+                for v, t in zip(_full(desc.lower, width, MINVALUE), types, strict=True)
+            )
             upper = tuple(_canon(v, t) for v, t in zip(_full(desc.upper, width, MINVALUE), types, strict=True))
             new = new.model_copy(update={"lower": lower, "upper": upper, "fixed": True})
     else:

@@ -31,6 +31,7 @@ from sql.bucket_filter import pinned_values
 from sql.context import QueryLimits, SqlContext
 from sql.functions import ALLOWED_FUNCTIONS
 from sql.information_schema import INFORMATION_SCHEMA, information_schema_view
+from sql.partition_filter import query_partitions
 from sql.privileges import require_table
 from sql.results import ResultSet
 from sql.session import Session
@@ -93,6 +94,8 @@ def check_query(tree: exp.Expression) -> None:
         elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
             # `builtin.reflect(...)`, `system.session.f(...)`: qualified names reach other function namespaces
             raise SqlError(f"function {node.sql(dialect='doris')[:80]} is not allowed")
+        elif isinstance(node, exp.Partition) and isinstance(node.parent, exp.Table) and node.arg_key == "partition":
+            continue  # `FROM t PARTITION (p1, p2)`: names, which bind_tables resolves (`sql.partition_filter`)
         elif isinstance(node, exp.With) and node.args.get("recursive"):
             raise SqlError("WITH RECURSIVE is not supported")
         elif not isinstance(node, _QUERY_NODES + _OPERATORS):
@@ -220,7 +223,9 @@ def bind_tables(
             handle = catalog.load(table_db or db, name)
         except DorisError as exc:
             raise SqlError(exc.message) from None
-        view = views.merged_view(handle, show_hidden=show_hidden, pinned=pinned_values(table, handle.definition))
+        partitions = query_partitions(table, handle.definition)
+        pinned = pinned_values(table, handle.definition)
+        view = views.merged_view(handle, show_hidden=show_hidden, pinned=pinned, partitions=partitions)
         if not table.alias:
             table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
         table.set("this", exp.to_identifier(view))

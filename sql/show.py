@@ -134,8 +134,11 @@ def show_delete(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
     require_visible_db(session.privileges, target.db)
     rows: list[list[object]] = []
     for name in visible_tables(ctx.catalog, session.privileges, target.db):
-        for pred in ctx.catalog.load(target.db, name).definition.delete_predicates:
-            rows.append([name, name, pred.create_time, pred.display, "FINISHED"])
+        table = ctx.catalog.load(target.db, name).definition
+        for pred in table.delete_predicates:
+            # Doris: the partition named, `*` for every partition of a partitioned table, else the table
+            partition = ",".join(pred.partitions) or ("*" if table.partitioned else name)
+            rows.append([name, partition, pred.create_time, pred.display, "FINISHED"])
     fields = ("TableName", "PartitionName", "CreateTime", "DeleteCondition", "State")
     return ResultSet(columns=[(n, "VARCHAR") for n in fields], rows=sorted(rows, key=lambda r: str(r[2])))
 

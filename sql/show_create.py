@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from tables.model import KeysType, TableDef
+from tables.partitions import MAXVALUE, MINVALUE, PartitionKind, least
+from tables.types import DorisType
 
 _KEYS = {KeysType.UNIQUE: "UNIQUE KEY", KeysType.DUPLICATE: "DUPLICATE KEY", KeysType.AGGREGATE: "AGGREGATE KEY"}
 # properties the definition's own fields decide; they are printed from the fields
@@ -18,6 +20,35 @@ _DERIVED = (
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _bound(values: tuple[str, ...], types: tuple[DorisType, ...]) -> str:
+    shown = [
+        v if v == MAXVALUE else _quote(least(t) if v == MINVALUE else v) for v, t in zip(values, types, strict=True)
+    ]
+    return f"({', '.join(shown)})"
+
+
+def partition_clause(table: TableDef) -> str:
+    """`PARTITION BY RANGE|LIST (...) (...)` as Doris prints it: every range in the fixed `[lower, upper)` form."""
+    partitioning = table.partitioning
+    assert partitioning is not None
+    types = table.partition_types()
+    items = []
+    for p in partitioning.formal():
+        if partitioning.kind is PartitionKind.RANGE:
+            items.append(f"PARTITION {p.name} VALUES [{_bound(p.lower, types)}, {_bound(p.upper, types)})")
+        elif len(partitioning.columns) == 1:
+            items.append(f"PARTITION {p.name} VALUES IN ({', '.join(_value(v[0]) for v in p.values)})")
+        else:
+            tuples = ", ".join("(" + ", ".join(_value(x) for x in v) + ")" for v in p.values)
+            items.append(f"PARTITION {p.name} VALUES IN ({tuples})")
+    columns = ", ".join(f"`{c}`" for c in partitioning.columns)
+    return f"PARTITION BY {partitioning.kind.value}({columns})\n(" + ",\n".join(items) + ")"
+
+
+def _value(value: str | None) -> str:
+    return "NULL" if value is None else _quote(value)
 
 
 def show_create_table(table: TableDef) -> str:
@@ -41,6 +72,8 @@ def show_create_table(table: TableDef) -> str:
     out = [f"CREATE TABLE `{table.name}` (", ",\n".join(lines), ") ENGINE=OLAP", f"{_KEYS[table.keys_type]}({keys})"]
     if table.comment:
         out.append(f"COMMENT {_quote(table.comment)}")
+    if table.partitioning is not None:
+        out.append(partition_clause(table))
     if table.bucket_columns:
         out.append(f"DISTRIBUTED BY HASH({', '.join(f'`{b}`' for b in table.bucket_columns)}) BUCKETS {table.buckets}")
     else:

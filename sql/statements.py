@@ -67,6 +67,7 @@ from sql.show import (
     show_tables,
     show_transaction,
 )
+from sql.show_partitions import parse_show_partitions, show_partitions
 from sql.tokens import Cursor
 from sql.update import parse_update, run_update
 from tables.accounts import Priv
@@ -196,6 +197,12 @@ STATEMENTS: tuple[StatementKind[Any], ...] = (
     StatementKind("SHOW DELETE", starts("SHOW", "DELETE"), parse_show_in, show_delete),
     StatementKind("SHOW TABLETS", starts("SHOW", ("TABLETS", "TABLET"), "FROM"), parse_show_tablets, show_tablets),
     StatementKind("SHOW TABLES", show_maybe_full("TABLES"), parse_show_in, show_tables),
+    StatementKind(
+        "SHOW PARTITIONS",
+        either(starts("SHOW", "PARTITIONS"), starts("SHOW", "TEMPORARY", "PARTITIONS")),
+        parse_show_partitions,
+        show_partitions,
+    ),
     StatementKind("SHOW LOAD", show_maybe_full("LOAD"), parse_show_jobs, show_load),
     StatementKind("SHOW TRANSACTION", show_maybe_full("TRANSACTION"), parse_show_jobs, show_transaction),
     StatementKind("DESCRIBE", starts(("DESC", "DESCRIBE")), parse_describe, describe),

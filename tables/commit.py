@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,7 @@ from tables.row_delta import (
     write_position_deletes,
 )
 from tables.rowset import restamp_version
-from tables.rowsets import RowsetsChanged, live_data_files, partition_of, plain_path
+from tables.rowsets import RowsetsChanged, file_partition, live_data_files, partition_of, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
 
@@ -464,14 +465,15 @@ class TableWriter:
         change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
         *,
         schema: bool = True,
-        iceberg: Callable[[Transaction], None] | None = None,
+        iceberg: Callable[[Transaction, int], None] | None = None,
     ) -> TableDef:
         """Apply a metadata change in its own version turn: every load before it has committed. A schema
         change (`schema`) also fails every load planned against the old schema that commits after it
         (`SchemaChanged`); a DELETE predicate does not (later loads are not affected by it).
 
         `change` gets the current definition and the change's version and returns the new definition and
-        the Iceberg column operations; both land in one Iceberg commit, with what `iceberg` adds to it.
+        the Iceberg column operations; both land in one Iceberg commit, with what `iceberg` adds to it (given the
+        transaction and the version).
         """
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
@@ -489,7 +491,7 @@ class TableWriter:
                         with tx.update_schema() as update:
                             apply_ops(update, ops)
                     if iceberg is not None:
-                        iceberg(tx)
+                        iceberg(tx, version)
                     tx.set_properties({DEFINITION_PROPERTY: new.to_json()})
                 turnstile.last_metadata = handle.iceberg.metadata_location
                 return new
@@ -618,22 +620,45 @@ class TableWriter:
             self._txns.set_state(txn_id, ABORTED)
             raise
 
-    def truncate(self, db: str, table: str) -> None:
-        """Remove every row of a table in one snapshot, keeping its schema and version counter."""
+    def truncate(self, db: str, table: str, partitions: AbstractSet[int] | None = None) -> None:
+        """Remove every row of a table (of some of its partitions) in one snapshot, keeping its schema and version
+        counter."""
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
         version = turnstile.take()
         try:
             with turnstile.turn(version):
                 handle.iceberg.refresh()
-                live = [f.file_path for f in live_data_files(handle.iceberg)]
-                live += [f.file_path for f in live_delete_files(handle.iceberg)]
+                if partitions is not None:
+                    live = files_of_partitions(handle.iceberg, partitions)
+                else:
+                    live = [f.file_path for f in live_data_files(handle.iceberg)]
+                    live += [f.file_path for f in live_delete_files(handle.iceberg)]
                 if live:
                     with _CachedMetadataTransaction(handle.iceberg) as tx:
                         with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
                             delta.remove(live)
         finally:
             turnstile.done(version)
+
+
+def files_of_partitions(table: Table, ids: AbstractSet[int]) -> list[str]:
+    """The live data and delete files of these Doris partitions: what dropping or truncating them removes (a delete
+    file sits in the partition of the data files it names)."""
+    live = [*live_data_files(table), *live_delete_files(table)]
+    return [f.file_path for f in live if file_partition(table, f) in ids]
+
+
+def remove_partitions(ids: AbstractSet[int]) -> Callable[[Transaction, int], None]:
+    """The Iceberg change of `ALTER TABLE ... DROP PARTITION`: its files go in the commit of the definition."""
+
+    def change(tx: Transaction, version: int) -> None:
+        paths = files_of_partitions(tx._table, ids)  # noqa: SLF001 (the table the transaction commits to)
+        if paths:
+            with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
+                delta.remove(paths)
+
+    return change
 
 
 def _committed_refusal(what: str, statement: str) -> str:

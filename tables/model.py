@@ -77,6 +77,7 @@ class DeletePredicate(BaseModel):
     display: str  # as `SHOW DELETE` prints it: k1 EQ "1" AND k2 GT "3"
     columns: tuple[str, ...]
     create_time: str
+    partitions: tuple[str, ...] = ()  # `DELETE FROM t PARTITION (...)`: the names, for `SHOW DELETE`
 
 
 class TableDef(BaseModel):

@@ -159,13 +159,14 @@ def describe_bound(bound: Sequence[str], types: Sequence[DorisType]) -> str:
     keys = []
     for text, t in zip(bound, types, strict=True):
         if text == MINVALUE:
-            keys.append(_least(t))
+            keys.append(least(t))
         else:
             keys.append(text)
     return f"types: [{', '.join(t.schema_name() for t in types)}]; keys: [{', '.join(keys)}]; "
 
 
-def _least(t: DorisType) -> str:
+def least(t: DorisType) -> str:
+    """The least value of a range partition column's type, as Doris prints an open lower bound."""
     if t.name in _INT_RANGE:
         return str(_INT_RANGE[t.name][0])
     if t.name == "DATE":

@@ -32,6 +32,7 @@ from pyiceberg.types import IntegerType, LongType, StringType
 
 from tables.errors import DorisError
 from tables.model import BUCKET_COL, DELETE_SIGN, VERSION_COL
+from tables.partitions import PARTITION_COL
 
 if TYPE_CHECKING:
     from tables.catalog import Catalog
@@ -186,11 +187,22 @@ def partition_of(table: Table, data_file: DataFile) -> tuple[int, Record]:
 def file_bucket(table: Table, data_file: DataFile) -> int | None:
     """The bucket every row of the file is in, or None: a file of several buckets (a small load's), or one
     written before the table was bucketed (its spec has no bucket field)."""
+    return partition_value(table, data_file, BUCKET_COL)
+
+
+def file_partition(table: Table, data_file: DataFile) -> int | None:
+    """The id of the Doris partition every row of the file is in (data and delete files alike: a delete file sits
+    in the partition of the files it names); None in an unpartitioned table."""
+    return partition_value(table, data_file, PARTITION_COL)
+
+
+def partition_value(table: Table, data_file: DataFile, name: str) -> int | None:
+    """The value of the file's identity partition field on the hidden column `name`, None when it has none."""
     spec = table.specs().get(data_file.spec_id or 0)
     if spec is None or data_file.partition is None:
         return None
     for index, field in enumerate(spec.fields):
-        if field.name == BUCKET_COL and index < len(data_file.partition):
+        if field.name == name and index < len(data_file.partition):
             value = data_file.partition[index]
             return int(value) if value is not None else None
     return None
@@ -204,12 +216,17 @@ class FileFilter:
 
     buckets: frozenset[int] | None = None
     values: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    partitions: frozenset[int] | None = None  # Doris partition ids (None: any)
 
 
 def may_hold(table: Table, data_file: DataFile, wanted: FileFilter | None) -> bool:
     """Whether the file may hold rows `wanted` asks for (every file, when it is None)."""
     if wanted is None:
         return True
+    if wanted.partitions is not None:
+        partition = file_partition(table, data_file)
+        if partition is not None and partition not in wanted.partitions:
+            return False
     if wanted.buckets is not None:
         bucket = file_bucket(table, data_file)
         if bucket is not None and bucket not in wanted.buckets:

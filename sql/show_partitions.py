@@ -1,0 +1,172 @@
+"""`SHOW [TEMPORARY] PARTITIONS FROM [db.]t`: one row per partition, in Doris's columns.
+
+The figures come from the Iceberg metadata (no data is read): a partition's files are those whose identity field on
+`__DORIS_PARTITION__` holds its id; `VisibleVersion` is the version of the last load that wrote rows into it (the
+largest `__DORIS_VERSION_COL__` bound of its files; 1 for an empty partition, as Doris starts partitions at 1).
+An unpartitioned table is one partition named as the table, as in Doris.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.conversions import from_bytes
+from pyiceberg.types import LongType
+
+from sql.context import SqlContext
+from sql.privileges import require_visible_table
+from sql.results import ResultSet
+from sql.session import Session
+from sql.tokens import Cursor, Target
+from tables.catalog import VERSION_PROPERTY, TableHandle
+from tables.errors import SqlError
+from tables.model import VERSION_COL, TableDef
+from tables.partitions import PartitionDef, describe
+from tables.row_delta import live_delete_files
+from tables.rowsets import file_partition, live_data_files
+
+PARTITION_COLUMNS = (
+    "PartitionId",
+    "PartitionName",
+    "VisibleVersion",
+    "VisibleVersionTime",
+    "State",
+    "PartitionKey",
+    "Range",
+    "DistributionKey",
+    "Buckets",
+    "ReplicationNum",
+    "StorageMedium",
+    "CooldownTime",
+    "RemoteStoragePolicy",
+    "LastConsistencyCheckTime",
+    "DataSize",
+    "IsInMemory",
+    "ReplicaAllocation",
+    "IsMutable",
+    "SyncWithBaseTables",
+    "UnsyncTables",
+    "CommittedVersion",
+    "RowCount",
+)
+
+
+@dataclass(frozen=True)
+class ShowPartitions:
+    target: Target
+    temporary: bool = False
+
+
+def parse_show_partitions(cur: Cursor, current_db: str) -> ShowPartitions:
+    """`SHOW [TEMPORARY] PARTITIONS FROM [db.]t` (WHERE, ORDER BY and LIMIT are not read)."""
+    cur.i = 1
+    temporary = cur.accept("TEMPORARY")
+    cur.expect("PARTITIONS")
+    cur.expect("FROM")
+    target = cur.table(current_db)
+    if not cur.at_end():
+        raise SqlError("SHOW PARTITIONS supports no WHERE, ORDER BY or LIMIT on this server yet")
+    return ShowPartitions(target=target, temporary=temporary)
+
+
+@dataclass
+class _Figures:
+    version: int = 1
+    rows: int = 0
+    deleted: int = 0
+    size: int = 0
+
+
+def _figures(handle: TableHandle) -> dict[int | None, _Figures]:
+    """Per partition id (None: an unpartitioned table's): last version, live rows and bytes."""
+    table = handle.iceberg
+    out: dict[int | None, _Figures] = {}
+    field_id = handle.field_id(VERSION_COL)
+    for f in live_data_files(table):
+        fig = out.setdefault(file_partition(table, f), _Figures())
+        fig.rows += f.record_count
+        fig.size += f.file_size_in_bytes
+        upper = (f.upper_bounds or {}).get(field_id)
+        if upper is not None:
+            fig.version = max(fig.version, int(from_bytes(LongType(), upper)))
+    for f in live_delete_files(table):
+        fig = out.setdefault(file_partition(table, f), _Figures())
+        fig.deleted += f.record_count
+        fig.size += f.file_size_in_bytes
+    return out
+
+
+def _version_times(handle: TableHandle) -> dict[int, str]:
+    """The commit time of each version that wrote a snapshot."""
+    out = {}
+    for snap in handle.iceberg.metadata.snapshots:
+        version = (snap.summary.additional_properties if snap.summary else {}).get(VERSION_PROPERTY)
+        if version is not None:
+            moment = dt.datetime.fromtimestamp(snap.timestamp_ms / 1000)
+            out[int(version)] = moment.strftime("%Y-%m-%d %H:%M:%S")
+    return out
+
+
+def data_size(n: int) -> str:
+    """Doris's `DebugUtil.getPrettyStringBytes` as SHOW PARTITIONS prints it: `0.000 `, `2.352 KB`."""
+    value = float(n)
+    for unit in ("", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{value:.3f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def show_partitions(ctx: SqlContext, stmt: ShowPartitions, session: Session) -> ResultSet:
+    target = stmt.target
+    require_visible_table(session.privileges, "SHOW PARTITIONS", target.db, target.table)
+    handle = ctx.catalog.load(target.db, target.table)
+    table = handle.definition
+    figures = _figures(handle)
+    times = _version_times(handle)
+    rows: list[list[Any]] = []
+    if table.partitioning is None:
+        if not stmt.temporary:
+            rows.append(_row(table, None, figures.get(None, _Figures()), times))
+    else:
+        for p in table.partitioning.partitions:
+            if p.temporary == stmt.temporary:
+                rows.append(_row(table, p, figures.get(p.id, _Figures()), times))
+    return ResultSet(columns=[(c, "VARCHAR") for c in PARTITION_COLUMNS], rows=rows)
+
+
+def _row(table: TableDef, p: PartitionDef | None, fig: _Figures, times: dict[int, str]) -> list[Any]:
+    partitioning = table.partitioning
+    if p is None or partitioning is None:
+        pid, name, key, shown, created = 0, table.name, "", "", ""
+    else:
+        pid, name, created = p.id, p.name, p.create_time
+        key = ", ".join(partitioning.columns)
+        shown = describe(p, partitioning.kind, table.partition_types())
+    distribution = ", ".join(table.bucket_columns) if table.bucket_columns else "RANDOM"
+    return [
+        pid,
+        name,
+        fig.version,
+        times.get(fig.version, created),
+        "NORMAL",
+        key,
+        shown,
+        distribution,
+        table.buckets,
+        1,
+        "HDD",
+        "9999-12-31 23:59:59",
+        "",
+        "NULL",
+        data_size(fig.size),
+        "false",
+        "tag.location.default: 1",
+        "true",
+        "true",
+        "NULL",
+        fig.version,
+        max(fig.rows - fig.deleted, 0),
+    ]
