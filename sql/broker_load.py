@@ -123,8 +123,15 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
     negative = cur.accept("NEGATIVE")
     cur.expect("INTO", "TABLE")
     table = cur.name()
-    if cur.accept("PARTITION"):
-        raise SqlError("PARTITION in LOAD is not supported by this server yet")
+    if cur.accept("TEMPORARY", "PARTITION"):
+        raise SqlError("TEMPORARY PARTITION in LOAD is not supported by this server yet")
+    if cur.accept("PARTITION"):  # rows of other partitions are filtered, as with the `partitions` header
+        cur.expect_type(TokenType.L_PAREN, "(")
+        names = [cur.name()]
+        while cur.accept_type(TokenType.COMMA):
+            names.append(cur.name())
+        cur.expect_type(TokenType.R_PAREN, ")")
+        options["partitions"] = ", ".join(names)
     columns: list[str] = []
     while not cur.accept_type(TokenType.R_PAREN):
         if cur.accept("COLUMNS", "TERMINATED", "BY"):

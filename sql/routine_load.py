@@ -74,6 +74,7 @@ class CreateRoutineLoad:
     source_type: str
     source: dict[str, str]
     comment: str
+    partitions: str | None = None  # `PARTITION(p1, p2)`: rows of other partitions are filtered
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
         merge_type = cur.next().text.upper()
         if merge_type not in ("APPEND", "DELETE", "MERGE"):
             raise SqlError(f"Syntax error: unknown merge type {merge_type}, expected APPEND, DELETE or MERGE")
-    separator = columns = where = delete_on = sequence = None
+    separator = columns = where = delete_on = sequence = partitions = None
     while True:
         if cur.accept("COLUMNS", "TERMINATED", "BY"):
             separator = cur.string()
@@ -220,7 +221,9 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
             delete_on = _raw_until_clause(cur)
         elif cur.accept("ORDER BY"):
             sequence = cur.name()
-        elif cur.word() in ("PARTITION", "TEMPORARY", "PRECEDING"):
+        elif cur.accept("PARTITION"):
+            partitions = _parenthesised_raw(cur)
+        elif cur.word() in ("TEMPORARY", "PRECEDING"):
             raise SqlError(f"{cur.word()} clause of routine load is not supported by this server yet")
         else:
             break
@@ -241,6 +244,7 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
         where=where,
         delete_on=delete_on,
         sequence_col=sequence,
+        partitions=partitions,
         properties=properties,
         source_type=source_type,
         source=source,
@@ -311,7 +315,7 @@ def build_spec(
     zone = _load_property("timezone", props.get("timezone", "")) or "UTC"
 
     job_properties = {
-        "partitions": "*",
+        "partitions": stmt.partitions or "*",
         "columnToColumnExpr": stmt.columns or "*",
         "precedingFilter": "*",
         "whereExpr": stmt.where or "*",
@@ -386,6 +390,7 @@ def batch_request(stmt: CreateRoutineLoad, spec: RoutineLoadSpec, table: str) ->
         "where": stmt.where,
         "delete": stmt.delete_on,
         "function_column.sequence_col": stmt.sequence_col,
+        "partitions": stmt.partitions,
     }
     sent |= {name: text for name, text in clauses.items() if text}
     if stmt.column_separator is not None:

@@ -8,6 +8,7 @@ that are outside the partitions a load names (`partitions` header).
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from tests.foreign_readers import as_reply, duckdb_rows, load_table, pyiceberg_rows
 from tests.helpers import AUTH, DorisClient, assert_doris_result
+from tests.test_broker_load import wait_for_job
 
 PARTITION = "__DORIS_PARTITION__"
 DAILY = """CREATE TABLE t (d DATE, k INT, v VARCHAR(20), s INT) UNIQUE KEY(d, k)
@@ -255,3 +257,20 @@ def test_delete_from_partitions_and_show_delete(doris: DorisClient, db: str) -> 
     assert_doris_result(_load(doris, db, "t", ["2024-01-01,1,a,1", "2024-01-02,1,b,1", "2024-01-03,1,c,1"]))
     doris.sql(db, "DELETE FROM t PARTITION (p_20240101, p_20240103) WHERE k = 1")
     assert doris.rows(db, "SELECT d, v FROM t") == [["2024-01-02", "b"]]
+
+
+def test_broker_load_into_named_partitions(doris: DorisClient, db: str, server_settings: Any) -> None:
+    doris.sql(db, DAILY)
+    files = Path(server_settings.broker_allowed_roots[0]) / uuid.uuid4().hex[:12]
+    files.mkdir()
+    (files / "days.csv").write_text("2024-01-01,1,a,1\n2024-01-02,2,b,1\n2024-01-03,3,c,1\n")
+    doris.sql(
+        db,
+        f"""LOAD LABEL {db}.by_partition (
+            DATA INFILE("{files}/days.csv") INTO TABLE t PARTITION (p_20240101, p_20240103)
+            COLUMNS TERMINATED BY "," (d, k, v, s)
+        ) PROPERTIES ("max_filter_ratio" = "0.5")""",
+    )
+    job = wait_for_job(doris, db, "by_partition")
+    assert job["State"] == "FINISHED", job
+    assert doris.rows(db, "SELECT k FROM t ORDER BY k") == [[1], [3]]

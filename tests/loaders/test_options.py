@@ -35,6 +35,7 @@ EXAMPLES = {
     "exec_mem_limit": "2147483648",
     "send_batch_parallelism": "2",
     "load_stream_per_node": "4",
+    "partitions": "p1, p2",
 }
 # headers an option needs beside it to be accepted
 CONTEXT = {"delete": {"merge_type": "MERGE"}, "merge_type": {"delete": "k = 1"}, "jsonpaths": {"format": "json"}}
