@@ -23,7 +23,14 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
-from spark_runner.buckets import bucket_sql, stored_values, with_bucket, with_partition, write_rows
+from spark_runner.buckets import (
+    bucket_sql,
+    stored_values,
+    with_bucket,
+    with_partition,
+    with_partition_id,
+    write_rows,
+)
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     STORED_FILE,
@@ -41,7 +48,7 @@ from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
-from tables.partitions import NO_PARTITION, partition_sql
+from tables.partitions import NO_PARTITION
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
 
@@ -457,13 +464,15 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
             seq = convert_sql(q(source), seq_type, from_text=source in plan.source_fields)
         exprs.append(f"{seq} AS {SEQ}")
     if table.partitioning is not None:  # a selected row no (named) partition holds is filtered
-        columns = [q(c) for c in table.partitioning.columns]
-        partition = partition_sql(table.partitioning, columns, table.partition_types(), ids=plan.partition_ids)
-        missing = f"CASE WHEN NOT ({exprs[0]}) AND ({partition}) IS NULL THEN {lit(NO_PARTITION)} END"
+        df = with_partition_id(df, table, _PARTITION, ids=plan.partition_ids)
+        missing = f"CASE WHEN NOT ({exprs[0]}) AND {_PARTITION} IS NULL THEN {lit(NO_PARTITION)} END"
         reason = f"coalesce({reason}, {missing})"
     unselected = f"{REASON} IS NULL AND {exprs[0]}"
-    kept = [c for c in df.columns if c != REASON]
+    kept = [c for c in df.columns if c not in (REASON, _PARTITION)]
     return df.selectExpr(*[q(c) for c in kept], f"{reason} AS {REASON}", f"{unselected} AS {UNSELECTED}", *exprs[1:])
+
+
+_PARTITION = "__partition"  # the row's partition id, while its reject reason is decided
 
 
 def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:

@@ -133,8 +133,8 @@ def delete_predicate(
         columns.append(col.name)
     if partitions and table.partitioning is not None:
         names = [q(c) for c in table.partitioning.columns]
-        ids = ", ".join(str(p.id) for p in partitions)
-        conditions.append(f"{partition_sql(table.partitioning, names, table.partition_types())} IN ({ids})")
+        ids = {p.id for p in partitions}  # a CASE over these partitions only
+        conditions.append(f"{partition_sql(table.partitioning, names, table.partition_types(), ids=ids)} IS NOT NULL")
     return DeletePredicate(
         version=version,
         condition=" AND ".join(f"({c})" for c in conditions),

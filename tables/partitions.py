@@ -10,6 +10,7 @@ the open ends (range partition columns are integers and dates, so no value is sp
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
@@ -307,3 +308,46 @@ def _less(columns: Sequence[str], bound: Sequence[str], types: Sequence[DorisTyp
             less, equal = f"({c} IS NULL OR {c} < {value})", f"coalesce({c} = {value}, false)"
         expr = less if expr == "false" else f"({less} OR ({equal} AND {expr}))"
     return expr
+
+
+# -- a range partition column's values on a number line, for a binary search ---------------------
+DOUBLE_EXACT = 2**53  # integers a double holds exactly
+
+
+def range_splits(
+    partitioning: Partitioning, types: Sequence[DorisType], ids: AbstractSet[int] | None = None
+) -> tuple[list[float], list[int | None]] | None:
+    """A one-column RANGE partitioning as Spark's `Bucketizer` splits: every bound as a number (`number_of`), with
+    -inf and +inf at the ends, and the partition id of each interval between two splits (None: no partition, or
+    one outside `ids`). None when the partitioning is not of that kind (LIST, several columns, a LARGEINT column or
+    bounds a double cannot hold exactly): `partition_sql` serves those."""
+    if partitioning.kind is not PartitionKind.RANGE or len(types) != 1 or types[0].name == "LARGEINT":
+        return None
+    t = types[0]
+    parts = [p for p in partitioning.formal() if ids is None or p.id in ids]
+    edges: set[float] = set()
+    spans: list[tuple[float, float, int]] = []
+    for p in parts:
+        low = float("-inf") if p.lower[0] == MINVALUE else number_of(parse_value(p.lower[0], t))
+        high = float("inf") if p.upper[0] == MAXVALUE else number_of(parse_value(p.upper[0], t))
+        if any(abs(x) != float("inf") and abs(x) > DOUBLE_EXACT for x in (low, high)):
+            return None
+        edges.update((low, high))
+        spans.append((low, high, p.id))
+    splits = sorted(edges | {float("-inf"), float("inf")})
+    spans.sort()
+    lows = [low for low, _, _ in spans]
+    owners: list[int | None] = []
+    for start in splits[:-1]:
+        at = bisect.bisect_right(lows, start) - 1  # the span starting last at or below `start` (they do not overlap)
+        owners.append(spans[at][2] if at >= 0 and start < spans[at][1] else None)
+    return splits, owners
+
+
+def number_of(value: Any) -> float:
+    """A range partition value on the number line `range_splits` uses: days for dates, seconds for datetimes."""
+    if isinstance(value, dt.datetime):
+        return float((value - dt.datetime(1970, 1, 1)).total_seconds())
+    if isinstance(value, dt.date):
+        return float((value - dt.date(1970, 1, 1)).days)
+    return float(value)

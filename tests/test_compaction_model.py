@@ -195,15 +195,29 @@ def _check_compactions(stack: Stack, table: str, expected: list[list[Any]], run_
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],
 )
-@given(with_seq=st.booleans(), ops=unique_ops, run_at=st.tuples(st.integers(0, 9), st.integers(0, 9)))
+@given(
+    with_seq=st.booleans(),
+    partitioned=st.booleans(),
+    ops=unique_ops,
+    run_at=st.tuples(st.integers(0, 9), st.integers(0, 9)),
+)
 def test_unique_tables_answer_the_same_before_and_after_compaction(
-    stack: Stack, with_seq: bool, ops: list[tuple[str, Any]], run_at: tuple[int, int]
+    stack: Stack, with_seq: bool, partitioned: bool, ops: list[tuple[str, Any]], run_at: tuple[int, int]
 ) -> None:
+    """Partitioned or not (issue 20: a partitioned table answers as the same table unpartitioned, the model)."""
     table = f"u_{uuid.uuid4().hex[:10]}"
     props = 'PROPERTIES ("function_column.sequence_col" = "s")' if with_seq else ""
     seq_col = ", s INT" if with_seq else ""
+    partitions = (
+        "PARTITION BY RANGE(k) (PARTITION p0 VALUES LESS THAN (2), PARTITION p1 VALUES [(2), (4)), "
+        "PARTITION p2 VALUES LESS THAN MAXVALUE)"
+        if partitioned
+        else ""
+    )
     stack.run(
-        "m", f"CREATE TABLE {table} (k INT, v INT{seq_col}) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 {props}"
+        "m",
+        f"CREATE TABLE {table} (k INT, v INT{seq_col}) UNIQUE KEY(k) {partitions} DISTRIBUTED BY HASH(k) BUCKETS 2 "
+        f"{props}",
     )
     state: dict[int, Stored] = {}
     version = 1

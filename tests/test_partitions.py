@@ -8,6 +8,7 @@ that are outside the partitions a load names (`partitions` header).
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from pathlib import Path
 from typing import Any
@@ -274,3 +275,21 @@ def test_broker_load_into_named_partitions(doris: DorisClient, db: str, server_s
     job = wait_for_job(doris, db, "by_partition")
     assert job["State"] == "FINISHED", job
     assert doris.rows(db, "SELECT k FROM t ORDER BY k") == [[1], [3]]
+
+
+def test_a_year_of_daily_partitions_loaded_in_one_stream_load(doris: DorisClient, db: str) -> None:
+    doris.sql(
+        db,
+        """CREATE TABLE y (d DATE, k INT, v INT) UNIQUE KEY(d, k)
+        PARTITION BY RANGE(d) (FROM ("2024-01-01") TO ("2025-01-01") INTERVAL 1 DAY)
+        DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    start = dt.date(2024, 1, 1)
+    days = [start + dt.timedelta(days=i) for i in range(366)]
+    lines = [f"{day.isoformat()},{k},{i * 10 + k}" for i, day in enumerate(days) for k in range(3)]
+    assert_doris_result(_load(doris, db, "y", lines), loaded=len(lines))
+    partitions = doris.rows(db, "SHOW PARTITIONS FROM y")
+    assert len(partitions) == 366 and {int(r[-1]) for r in partitions} == {3}
+    assert partitions[59][1] == "p_20240229"
+    assert doris.rows(db, "SELECT count(*), sum(v) FROM y") == [[1098, sum(i * 30 + 3 for i in range(366))]]
+    assert doris.rows(db, "SELECT k, v FROM y WHERE d = '2024-02-29' ORDER BY k") == [[0, 590], [1, 591], [2, 592]]

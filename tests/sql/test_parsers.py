@@ -10,6 +10,7 @@ import pytest
 
 from sql.alter import AlterTable, Clause, parse_alter, plan_alter
 from sql.broker_load import parse_load
+from sql.catalog_statements import Truncate
 from sql.ddl import parse_create_table
 from sql.routine_load import JobCommand, ShowRoutineLoad, ShowRoutineLoadTask, parse_routine_load
 from sql.statements import statement_kind
@@ -79,9 +80,14 @@ def test_create_table_if_not_exists() -> None:
     [
         pytest.param("CREATE TABLE t (k INT", "Syntax error: expected ) at end of statement", id="unclosed"),
         pytest.param(
-            "CREATE TABLE t (k INT) PARTITION BY RANGE(k) ()",
-            "Syntax error at line 1, column 35: expected a table clause, found 'PARTITION BY'",
-            id="partition-by",
+            "CREATE TABLE t (k DATE) AUTO PARTITION BY RANGE (date_trunc(k, 'day')) ()",
+            "AUTO PARTITION is not supported by this server yet",
+            id="auto-partition",
+        ),
+        pytest.param(
+            "CREATE TABLE t (k INT) PARTITION BY HASH(k) ()",
+            "Syntax error at line 1, column 40: expected RANGE or LIST, found 'HASH'",
+            id="partition-by-hash",
         ),
         pytest.param("CREATE TABLE t (k INT) ENGINE = mysql", "Unsupported engine: mysql", id="engine"),
         pytest.param(
@@ -310,8 +316,8 @@ def test_broker_load_parses(text: str, expected: tuple[str, str, str, list[str]]
     [
         pytest.param("LOAD LABEL l1 (DATA INFILE('/a.csv') INTO TABLE t)", "No database selected", id="no-database"),
         pytest.param(
-            "LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t PARTITION (p1))",
-            "PARTITION in LOAD is not supported by this server yet",
+            "LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t TEMPORARY PARTITION (p1))",
+            "TEMPORARY PARTITION in LOAD is not supported by this server yet",
             id="partition",
         ),
         pytest.param(
@@ -377,6 +383,7 @@ def test_routine_load_create_parses() -> None:
         "source_type": "KAFKA",
         "source": {"kafka_broker_list": "h:9092", "kafka_topic": "topic"},
         "comment": "c",
+        "partitions": None,
     }
 
 
@@ -395,8 +402,8 @@ def test_routine_load_create_parses() -> None:
             id="merge-type",
         ),
         pytest.param(
-            "CREATE ROUTINE LOAD j ON t PARTITION (p) FROM KAFKA ()",
-            "PARTITION clause of routine load is not supported by this server yet",
+            "CREATE ROUTINE LOAD j ON t TEMPORARY PARTITION (p) FROM KAFKA ()",
+            "TEMPORARY clause of routine load is not supported by this server yet",
             id="partition",
         ),
         pytest.param(
@@ -428,8 +435,14 @@ def parsed(text: str) -> tuple[str, Any]:
             Target(db="d", table="t", if_exists=True, force=True),
             id="dt",
         ),
-        pytest.param("TRUNCATE TABLE t", "TRUNCATE", Target(db="cur", table="t"), id="truncate"),
-        pytest.param("TRUNCATE d.t", "TRUNCATE", Target(db="d", table="t"), id="truncate-short"),
+        pytest.param("TRUNCATE TABLE t", "TRUNCATE", Truncate(Target(db="cur", table="t")), id="truncate"),
+        pytest.param("TRUNCATE d.t", "TRUNCATE", Truncate(Target(db="d", table="t")), id="truncate-short"),
+        pytest.param(
+            "TRUNCATE TABLE t PARTITION (p1, `p2`)",
+            "TRUNCATE",
+            Truncate(Target(db="cur", table="t"), ("p1", "p2")),
+            id="truncate-partitions",
+        ),
         pytest.param("USE `d`", "USE", Target(db="d"), id="use"),
         pytest.param("DESC d.t", "DESCRIBE", Target(db="d", table="t"), id="desc"),
         pytest.param("SHOW DATABASES", "SHOW DATABASES", None, id="show-databases"),
@@ -500,9 +513,9 @@ def test_statement_table_kinds(text: str, kind: str) -> None:
         ),
         pytest.param("UPDATE (SELECT 1) s SET v = 1", "Syntax error in UPDATE", id="update-without-set"),
         pytest.param(
-            "DELETE FROM d.t PARTITION (t, p2) WHERE k = 1",
-            "Partition does not exist: p2 (this server has no partitioned tables)",
-            id="delete-partition",
+            "DELETE FROM d.t TEMPORARY PARTITION (tp) WHERE k = 1",
+            "DELETE FROM a TEMPORARY PARTITION is not supported by this server yet",
+            id="delete-temporary-partition",
         ),
         pytest.param(
             "ADMIN COMPACT TABLE t WHERE TYPE = 'FULL'",
