@@ -190,6 +190,19 @@ async def maintenance_loop(services: Services) -> None:
             log.exception("maintenance pass failed")
 
 
+async def dynamic_partition_loop(services: Services) -> None:
+    """Create dynamic partitions ahead and drop those past their window, every interval (`sql.dynamic_partition`)."""
+    from sql.dynamic_partition import schedule_all
+
+    interval = services.settings.dynamic_partition_check_interval_seconds
+    while interval > 0:
+        await asyncio.sleep(interval)
+        try:
+            await run_in_threadpool(schedule_all, services.catalog, services.compactor.writer)
+        except Exception:  # a scheduler pass must never take the server down
+            log.exception("dynamic partition pass failed")
+
+
 def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAPI:
     """The application; `spark` is a seam for tests that share one SparkSession."""
     settings = settings or Settings()
@@ -226,10 +239,12 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
+        partitioning = asyncio.create_task(dynamic_partition_loop(services))
         try:
             yield
         finally:
             task.cancel()
+            partitioning.cancel()
             mysql.close()
             timeouts.cancel()
             await run_in_threadpool(services.routine_loads.close)

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
         300.0, description="How often labels are forgotten, snapshots expired and orphan files removed."
     )
     orphan_grace_seconds: float = Field(3600.0, description="Unreferenced files younger than this are kept.")
+    dynamic_partition_check_interval_seconds: float = Field(
+        600.0,
+        description="How often tables with dynamic partitions get their partitions ahead created and those past "
+        "`dynamic_partition.start` dropped (Doris FE config of the same name); 0 turns it off.",
+    )
     snapshot_keep_seconds: float = Field(3600.0, description="Iceberg snapshots older than this are expired.")
     snapshot_keep_count: int = Field(
         100,

@@ -23,6 +23,7 @@ from sql.ddl import (
     parse_properties,
     split_type,
 )
+from sql.dynamic_partition import check_table
 from sql.partition_ddl import PartitionDesc, add_partition, parse_partition_desc
 from sql.tokens import Cursor
 from tables.errors import SqlError
@@ -118,6 +119,8 @@ def _clause(cur: Cursor) -> Clause:
         col = parse_column(cur, _CLAUSE_END)
         after, first, props = _placement(cur)
         return Clause(kind="MODIFY", columns=(col,), after=after, first=first, properties=props)
+    if cur.accept("SET"):
+        return Clause(kind="SET", properties=parse_properties(cur))
     if cur.accept("ENABLE", "FEATURE"):
         feature = cur.string().upper()
         props = {}
@@ -143,7 +146,7 @@ def _partition_clause(cur: Cursor) -> Clause:
     raise SqlError("ALTER TABLE REPLACE PARTITION is not supported by this server yet")
 
 
-PARTITION_CLAUSES = ("ADD PARTITION", "DROP PARTITION")
+PARTITION_CLAUSES = ("ADD PARTITION", "DROP PARTITION", "SET")  # no schema change, no ALTER job
 
 
 def plan_alter(
@@ -163,6 +166,8 @@ def plan_alter(
                 table = _add_partition(table, clause)
             elif clause.kind == "DROP PARTITION":
                 table = _drop_partition(table, clause, dropped if dropped is not None else set())
+            elif clause.kind == "SET":
+                table = _set_properties(table, clause)
             else:
                 table = _APPLY[clause.kind](table, clause, version, ops)
         now = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
@@ -181,6 +186,27 @@ def _add_partition(table: TableDef, clause: Clause) -> TableDef:
     created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     partitioning = add_partition(table.partitioning, clause.partition, table.partition_types(), created=created)
     return table.model_copy(update={"partitioning": partitioning})
+
+
+SETTABLE = ("dynamic_partition.", "group_commit_mode")  # ALTER TABLE ... SET keys this server runs
+
+
+def _set_properties(table: TableDef, clause: Clause) -> TableDef:
+    """`SET ("key" = "value", ...)`: dynamic partition properties (checked as at CREATE TABLE) and the group
+    commit mode.
+
+    Raises: SqlError for another key, or a value Doris refuses.
+    """
+    for key in clause.properties:
+        if not key.startswith(SETTABLE):
+            raise SqlError(f'ALTER TABLE SET ("{key}") is not supported by this server')
+    if "group_commit_mode" in clause.properties:
+        mode = clause.properties["group_commit_mode"].lower()
+        if mode not in ("off_mode", "sync_mode", "async_mode"):
+            raise SqlError(f"Invalid group_commit_mode: {clause.properties['group_commit_mode']}")
+    new = table.model_copy(update={"properties": {**table.properties, **clause.properties}})
+    check_table(new)
+    return new
 
 
 def _drop_partition(table: TableDef, clause: Clause, dropped: set[int]) -> TableDef:

@@ -3,6 +3,7 @@ run against the catalog and the single writer (`tables/commit.py`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from sqlglot import TokenType
@@ -10,6 +11,7 @@ from sqlglot import TokenType
 from sql.alter import PARTITION_CLAUSES, AlterTable, parse_alter, plan_alter
 from sql.context import SqlContext
 from sql.ddl import CreateTable, parse_create_table
+from sql.dynamic_partition import check_table, plan, schedule_table
 from sql.privileges import BUILTIN_DATABASES, require_db, require_table, require_visible_db
 from sql.results import ExecStatus
 from sql.session import Session
@@ -93,7 +95,10 @@ def create_database(ctx: SqlContext, target: Target, session: Session) -> ExecSt
 def create_table(ctx: SqlContext, create: CreateTable, session: Session) -> ExecStatus:
     table = create.definition
     require_table(session.privileges, Priv.CREATE, "CREATE", table.db, table.name)
-    ctx.catalog.create_table(create.definition, if_not_exists=create.if_not_exists)
+    if check_table(table) is not None:  # dynamic partitions: the window is there when the table is
+        now = dt.datetime.now(dt.UTC)
+        table = plan(table, now, now.astimezone().strftime("%Y-%m-%d %H:%M:%S"))[0]
+    ctx.catalog.create_table(table, if_not_exists=create.if_not_exists)
     return ExecStatus()
 
 
@@ -151,7 +156,9 @@ def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecSta
         # a partition added changes no schema (loads planned before it just do not route to it); a partition
         # dropped does, so that no load planned before it writes into it afterwards
         drops = "DROP PARTITION" in kinds
-        ctx.writer.alter(table.db, table.name, change, schema=drops, iceberg=remove_partitions(dropped))
+        new = ctx.writer.alter(table.db, table.name, change, schema=drops, iceberg=remove_partitions(dropped))
     else:
-        ctx.writer.alter(table.db, table.name, change, iceberg=remove_partitions(dropped))
+        new = ctx.writer.alter(table.db, table.name, change, iceberg=remove_partitions(dropped))
+    if "SET" in kinds and check_table(new) is not None:  # dynamic partitions turned on or changed: apply now
+        schedule_table(ctx.writer, new, lambda: dt.datetime.now(dt.UTC))
     return ExecStatus()

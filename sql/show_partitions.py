@@ -16,7 +16,9 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.types import LongType
 
 from sql.context import SqlContext
-from sql.privileges import require_visible_table
+from sql.dynamic_partition import dynamic_spec
+from sql.information_schema import visible_tables
+from sql.privileges import require_visible_db, require_visible_table
 from sql.results import ResultSet
 from sql.session import Session
 from sql.tokens import Cursor, Target
@@ -170,3 +172,64 @@ def _row(table: TableDef, p: PartitionDef | None, fig: _Figures, times: dict[int
         fig.version,
         max(fig.rows - fig.deleted, 0),
     ]
+
+
+DYNAMIC_COLUMNS = (
+    "TableName",
+    "Enable",
+    "TimeUnit",
+    "Start",
+    "End",
+    "Prefix",
+    "Buckets",
+    "ReplicationNum",
+    "ReplicaAllocation",
+    "StartOf",
+    "LastUpdateTime",
+    "LastSchedulerTime",
+    "State",
+    "LastCreatePartitionMsg",
+    "LastDropPartitionMsg",
+    "ReservedHistoryPeriods",
+)
+
+
+def parse_show_dynamic(cur: Cursor, current_db: str) -> Target:
+    """`SHOW DYNAMIC PARTITION TABLES [FROM | IN db]`."""
+    cur.i = 4
+    if cur.accept("FROM") or cur.accept("IN"):
+        return Target(db=cur.name())
+    return Target(db=current_db)
+
+
+def show_dynamic(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
+    """The database's tables with dynamic partition properties the user may see, in Doris's columns."""
+    require_visible_db(session.privileges, target.db)
+    rows: list[list[Any]] = []
+    for name in visible_tables(ctx.catalog, session.privileges, target.db):
+        table = ctx.catalog.load(target.db, name).definition
+        spec = dynamic_spec(table.properties)
+        if spec is None:
+            continue
+        start_of = {"WEEK": f"WEEK {spec.start_day_of_week}", "MONTH": f"MONTH {spec.start_day_of_month}"}
+        rows.append(
+            [
+                name,
+                str(spec.enable).lower(),
+                spec.time_unit,
+                str(spec.start),
+                str(spec.end),
+                spec.prefix,
+                table.properties.get("dynamic_partition.buckets", str(table.buckets)),
+                "1",
+                "tag.location.default: 1",
+                start_of.get(spec.time_unit, "NULL"),
+                "NULL",
+                "NULL",
+                "NORMAL",
+                "NULL",
+                "NULL",
+                table.properties.get("dynamic_partition.reserved_history_periods", "NULL"),
+            ]
+        )
+    return ResultSet(columns=[(c, "VARCHAR") for c in DYNAMIC_COLUMNS], rows=rows)

@@ -67,7 +67,7 @@ from sql.show import (
     show_tables,
     show_transaction,
 )
-from sql.show_partitions import parse_show_partitions, show_partitions
+from sql.show_partitions import parse_show_dynamic, parse_show_partitions, show_dynamic, show_partitions
 from sql.tokens import Cursor
 from sql.update import parse_update, run_update
 from tables.accounts import Priv
@@ -202,6 +202,12 @@ STATEMENTS: tuple[StatementKind[Any], ...] = (
         either(starts("SHOW", "PARTITIONS"), starts("SHOW", "TEMPORARY", "PARTITIONS")),
         parse_show_partitions,
         show_partitions,
+    ),
+    StatementKind(
+        "SHOW DYNAMIC PARTITION TABLES",
+        starts("SHOW", "DYNAMIC", "PARTITION", "TABLES"),
+        parse_show_dynamic,
+        show_dynamic,
     ),
     StatementKind("SHOW LOAD", show_maybe_full("LOAD"), parse_show_jobs, show_load),
     StatementKind("SHOW TRANSACTION", show_maybe_full("TRANSACTION"), parse_show_jobs, show_transaction),
