@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from spark_runner.sqltext import lit, q, storage_type_sql
 from tables.catalog import TableHandle
 from tables.model import BUCKET_COL, TableDef
-from tables.partitions import PARTITION_COL, partition_sql, range_splits
+from tables.partitions import PARTITION_COL, auto_id_sql, partition_sql, range_splits
 from tables.types import DorisType
 
 _SPLIT = "__sl_bucket"  # the copy Spark's writer splits by (and drops from the files)
@@ -92,12 +92,21 @@ def with_partition_id(
     row for 366 daily partitions, against ~0.1 µs). LIST and multi-column ranges are a CASE (`partition_sql`).
     """
     assert table.partitioning is not None
+    placed = _existing_partition(df, table, name, ids)
+    if table.partitioning.auto and ids is None:  # a row no partition holds gets the one it needs
+        columns = [q(c) for c in table.partitioning.columns]
+        auto = F.expr(auto_id_sql(table.partitioning, columns, table.partition_types()))
+        placed = placed.withColumn(name, F.coalesce(F.col(name), auto))
+    return placed.withColumn(name, F.col(name).alias(name, metadata=metadata or {}))
+
+
+def _existing_partition(df: DataFrame, table: TableDef, name: str, ids: AbstractSet[int] | None) -> DataFrame:
+    assert table.partitioning is not None
     types = table.partition_types()
     found = range_splits(table.partitioning, types, ids)
     if found is None:
         columns = [q(c) for c in table.partitioning.columns]
-        column = F.expr(partition_sql(table.partitioning, columns, types, ids=ids))
-        return df.withColumn(name, column.alias(name, metadata=metadata or {}))
+        return df.withColumn(name, F.expr(partition_sql(table.partitioning, columns, types, ids=ids)))
     from pyspark.ml.feature import Bucketizer
 
     splits, owners = found
@@ -107,7 +116,7 @@ def with_partition_id(
     search = Bucketizer(splits=splits, inputCol=_VALUE, outputCol=_SLOT, handleInvalid="keep")
     placed = search.transform(df.withColumn(_VALUE, F.expr(value)))
     column = F.expr(f"element_at({slots}, CAST({_SLOT} AS INT) + 1)")
-    return placed.withColumn(name, column.alias(name, metadata=metadata or {})).drop(_VALUE, _SLOT)
+    return placed.withColumn(name, column).drop(_VALUE, _SLOT)
 
 
 def _number_sql(column: str, t: DorisType) -> str:

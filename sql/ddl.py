@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlglot import TokenType
 
-from sql.partition_ddl import PartitionClause, build_partitioning, parse_partition_clause
+from sql.partition_ddl import PartitionClause, build_partitioning, parse_auto_clause, parse_partition_clause
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, STORAGE_FORMAT, ColumnDef, KeysType, TableDef
@@ -195,7 +195,7 @@ def parse_create_table(text: str, current_db: str) -> CreateTable:
         elif cur.accept("PARTITION BY"):  # one token to sqlglot's tokenizer
             partition_clause = parse_partition_clause(cur)
         elif cur.accept("AUTO", "PARTITION BY"):
-            raise SqlError("AUTO PARTITION is not supported by this server yet")
+            partition_clause = parse_auto_clause(cur)
         elif cur.accept("DISTRIBUTED", "BY"):
             if cur.accept("HASH"):
                 bucket_cols = _name_list(cur)

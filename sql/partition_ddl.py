@@ -21,6 +21,7 @@ from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import ColumnDef, KeysType
 from tables.partitions import (
+    AUTO_UNITS,
     LIST_TYPES,
     MAXVALUE,
     MINVALUE,
@@ -65,6 +66,8 @@ class PartitionClause:
     kind: PartitionKind
     columns: tuple[str, ...]
     items: tuple[PartitionDesc | BatchDesc, ...]
+    auto: bool = False  # AUTO PARTITION BY
+    auto_unit: str | None = None  # RANGE: the `date_trunc` unit
 
 
 def _value(cur: Cursor) -> str | None:
@@ -151,11 +154,46 @@ def parse_partition_clause(cur: Cursor) -> PartitionClause:
         kind = PartitionKind.LIST
     else:
         raise cur.error("RANGE or LIST")
+    columns = _columns(cur)
+    return PartitionClause(kind=kind, columns=columns, items=_items(cur, kind))
+
+
+def parse_auto_clause(cur: Cursor) -> PartitionClause:
+    """`RANGE (date_trunc(col, 'unit')) (items)` or `LIST (columns) (items)`, after `AUTO PARTITION BY`.
+
+    Raises: SqlError with Doris's text for a function other than date_trunc or a unit it does not take.
+    """
+    if cur.accept("LIST"):
+        columns = _columns(cur)
+        return PartitionClause(PartitionKind.LIST, columns, _items(cur, PartitionKind.LIST), auto=True)
+    cur.expect("RANGE")
+    wrapped = cur.accept_type(TokenType.L_PAREN) is not None
+    function = cur.name()
+    if function.lower() != "date_trunc":
+        raise SqlError("auto create partition only support date_trunc function of RANGE partition.")
+    cur.expect_type(TokenType.L_PAREN, "(")
+    column = cur.name()
+    cur.expect_type(TokenType.COMMA, ",")
+    unit = cur.string().upper()
+    cur.expect_type(TokenType.R_PAREN, ")")
+    if wrapped:
+        cur.expect_type(TokenType.R_PAREN, ")")
+    if unit not in AUTO_UNITS:
+        raise SqlError(f"auto create partition only support {', '.join(u.lower() for u in AUTO_UNITS)} date_trunc unit")
+    items = _items(cur, PartitionKind.RANGE)
+    return PartitionClause(PartitionKind.RANGE, (column,), items, auto=True, auto_unit=unit)
+
+
+def _columns(cur: Cursor) -> tuple[str, ...]:
     cur.expect_type(TokenType.L_PAREN, "(")
     columns = [cur.name()]
     while cur.accept_type(TokenType.COMMA):
         columns.append(cur.name())
     cur.expect_type(TokenType.R_PAREN, ")")
+    return tuple(columns)
+
+
+def _items(cur: Cursor, kind: PartitionKind) -> tuple[PartitionDesc | BatchDesc, ...]:
     cur.expect_type(TokenType.L_PAREN, "(")
     items: list[PartitionDesc | BatchDesc] = []
     while not cur.accept_type(TokenType.R_PAREN):
@@ -177,7 +215,7 @@ def parse_partition_clause(cur: Cursor) -> PartitionClause:
             raise cur.error("PARTITION or FROM")
         if not cur.accept_type(TokenType.COMMA) and not cur.at(TokenType.R_PAREN):
             raise cur.error(", or )")
-    return PartitionClause(kind=kind, columns=tuple(columns), items=tuple(items))
+    return tuple(items)
 
 
 def partition_columns(
@@ -222,7 +260,15 @@ def build_partitioning(
     Raises: SqlError with Doris's text for a bad column, value, overlap or name.
     """
     names, types = partition_columns(clause, columns, keys_type)
-    partitioning = Partitioning(kind=clause.kind, columns=names)
+    if clause.auto and clause.kind is PartitionKind.RANGE:
+        column = next(c for c in columns if c.name == names[0])
+        if types[0].name not in ("DATE", "DATETIME"):
+            raise SqlError("partition expr date_trunc is illegal! Only support DATE and DATETIME column")
+        if column.nullable:
+            raise SqlError("AUTO RANGE PARTITION doesn't support NULL column")
+        if clause.auto_unit == "HOUR" and types[0].name == "DATE":
+            raise SqlError("date_trunc by hour needs a DATETIME partition column")
+    partitioning = Partitioning(kind=clause.kind, columns=names, auto=clause.auto, auto_unit=clause.auto_unit)
     for item in clause.items:
         descs = expand_batch(item, types[0]) if isinstance(item, BatchDesc) else [item]
         for desc in descs:

@@ -44,7 +44,11 @@ def partition_clause(table: TableDef) -> str:
             tuples = ", ".join("(" + ", ".join(_value(x) for x in v) + ")" for v in p.values)
             items.append(f"PARTITION {p.name} VALUES IN ({tuples})")
     columns = ", ".join(f"`{c}`" for c in partitioning.columns)
-    return f"PARTITION BY {partitioning.kind.value}({columns})\n(" + ",\n".join(items) + ")"
+    if partitioning.auto and partitioning.kind is PartitionKind.RANGE:
+        head = f"AUTO PARTITION BY RANGE (date_trunc({columns}, '{(partitioning.auto_unit or 'day').lower()}'))"
+    else:
+        head = f"{'AUTO ' if partitioning.auto else ''}PARTITION BY {partitioning.kind.value}({columns})"
+    return head + "\n(" + ",\n".join(items) + ")"
 
 
 def _value(value: str | None) -> str:

@@ -15,6 +15,7 @@ other unfinished transaction of the table is aborted before the files go.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import threading
@@ -43,6 +44,7 @@ from tables.errors import (
     TxnStateError,
 )
 from tables.model import DEFINITION_PROPERTY, DELETE_SIGN, TableDef
+from tables.partitions import PARTITION_COL, PartitionDef, PartitionKind, auto_list, auto_range, check_new
 from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
@@ -719,6 +721,7 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
     if pending.group:
         summary[GROUP_PROPERTY] = ",".join(str(t) for t in (pending.txn_id, *pending.group))
     deletes = list(pending.deletes)
+    grown = with_auto_partitions(handle, pending.files)
     if handle.definition.positional:
         hidden = write_position_deletes(pending.directory, tombstone_positions(pending.files, DELETE_SIGN))
         deletes += [hidden] if hidden else []
@@ -731,6 +734,8 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
     for attempt in range(3):
         try:
             with _CachedMetadataTransaction(handle.iceberg) as tx:
+                if grown is not None:  # AUTO PARTITION: the partitions the rows need appear with them
+                    tx.set_properties({DEFINITION_PROPERTY: grown.to_json()})
                 if not placed:
                     tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
                 else:
@@ -745,6 +750,61 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
                 raise
             # a commit to a re-created table fails pyiceberg's uuid requirement: the refresh must not adopt it
             refresh_same_table(handle, pending.table_uuid or table_identity(handle))
+
+
+def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | None:
+    """The table's definition with the AUTO partitions its new `files` need and it does not have yet (None when
+    there are none), learnt from the files: each holds one partition, whose id says a RANGE partition's range
+    (`tables.partitions.auto_range`); a LIST partition's values are read from the file's first row.
+
+    Raises:
+        DorisError: a new RANGE partition overlaps one the table has (Doris refuses the load the same way).
+    """
+    planned = handle.definition.partitioning
+    if planned is None or not planned.auto or not files:
+        return None  # before reading the definition again: every commit comes here
+    current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+    partitioning = current.partitioning
+    if partitioning is None or not partitioning.auto:
+        return None
+    import pyarrow.parquet as pq
+
+    known = {p.id for p in partitioning.partitions}
+    types = current.partition_types()
+    taken = {p.name.lower() for p in partitioning.partitions}
+    table = handle.iceberg
+    at = [f.name for f in table.spec().fields].index(PARTITION_COL)  # a new file is of the default spec
+    added: list[PartitionDef] = []
+    for path in files:
+        data_file = parquet_file_to_data_file(table.io, table.metadata, path)
+        pid = data_file.partition[at]
+        if pid is None or pid in known or data_file.record_count == 0:
+            continue
+        known.add(pid)
+        if partitioning.kind is PartitionKind.RANGE:
+            new = auto_range(pid, partitioning.auto_unit or "DAY", types[0])
+        else:
+            first = pq.ParquetFile(plain_path(path)).read_row_group(0, columns=list(partitioning.columns)).slice(0, 1)
+            row = first.to_pylist()[0]
+            values = tuple(None if row[c] is None else _value_text(row[c]) for c in partitioning.columns)
+            new = auto_list(pid, values, taken)
+        taken.add(new.name.lower())
+        check_new(partitioning.model_copy(update={"partitions": (*partitioning.partitions, *added)}), new, types)
+        added.append(new.model_copy(update={"create_time": dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")}))
+    if not added:
+        return None
+    grown = partitioning.model_copy(update={"partitions": (*partitioning.partitions, *added)})
+    return current.model_copy(update={"partitioning": grown})
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
 
 
 def partitions_of(table: Table, added: list[DataFile]) -> dict[str, Partition]:

@@ -29,6 +29,11 @@ NO_PARTITION = "no partition for this tuple"  # the reason of a row no partition
 RANGE_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "LARGEINT", "DATE", "DATETIME")
 LIST_TYPES = (*RANGE_TYPES, "BOOLEAN", "CHAR", "VARCHAR", "STRING")
 FIRST_PARTITION_ID = 10001  # ids are per table; Doris's are catalog-wide numbers of this size
+# AUTO PARTITION ids are a function of the partition (`auto_id_sql`), so concurrent loads that create the same
+# partition agree on it, and a commit learns a new partition from its files alone: AUTO_ID_BASE plus the
+# time unit's index since 1970 (RANGE), or a hash of the values (LIST)
+AUTO_ID_BASE = 1_000_000_000
+AUTO_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR")
 _INT_RANGE = {
     "TINYINT": (-(2**7), 2**7 - 1),
     "SMALLINT": (-(2**15), 2**15 - 1),
@@ -67,6 +72,9 @@ class Partitioning(BaseModel):
     columns: tuple[str, ...]
     partitions: tuple[PartitionDef, ...] = ()
     next_id: int = FIRST_PARTITION_ID
+    # AUTO PARTITION: a load creates the partitions its rows need (RANGE: one `auto_unit` of `date_trunc` each)
+    auto: bool = False
+    auto_unit: str | None = None
 
     def formal(self) -> tuple[PartitionDef, ...]:
         """The partitions queries and loads see (temporary ones aside)."""
@@ -325,6 +333,8 @@ def range_splits(
         return None
     t = types[0]
     parts = [p for p in partitioning.formal() if ids is None or p.id in ids]
+    if not parts:
+        return None
     edges: set[float] = set()
     spans: list[tuple[float, float, int]] = []
     for p in parts:
@@ -351,3 +361,63 @@ def number_of(value: Any) -> float:
     if isinstance(value, dt.date):
         return float((value - dt.date(1970, 1, 1)).days)
     return float(value)
+
+
+# -- AUTO PARTITION ---------------------------------------------------------------------------------
+_EPOCH = dt.datetime(1970, 1, 1)
+_MONDAY = dt.datetime(1970, 1, 5)
+
+
+def auto_id_sql(partitioning: Partitioning, columns: Sequence[str], types: Sequence[DorisType]) -> str:
+    """Spark SQL for the id of the AUTO partition a row needs (NULL for a NULL range value): `AUTO_ID_BASE` plus the
+    index of its time unit since 1970 (`auto_range`), or plus a hash of its list values."""
+    if partitioning.kind is PartitionKind.LIST:
+        values = ", ".join(f"CAST({c} AS STRING)" for c in columns)
+        return f"CAST({AUTO_ID_BASE} + pmod(hash({values}), {AUTO_ID_BASE}) AS INT)"
+    c, unit = columns[0], partitioning.auto_unit
+    days = f"unix_date(CAST({c} AS DATE))"
+    index = {
+        "DAY": days,
+        "HOUR": f"{days} * 24 + hour({c})" if types[0].name == "DATETIME" else f"{days} * 24",
+        "WEEK": f"CAST(floor(({days} - 4) / 7) AS INT)",
+        "MONTH": f"(year({c}) - 1970) * 12 + month({c}) - 1",
+        "QUARTER": f"(year({c}) - 1970) * 4 + quarter({c}) - 1",
+        "YEAR": f"year({c}) - 1970",
+    }[unit or "DAY"]
+    return f"CAST({AUTO_ID_BASE} + {index} AS INT)"
+
+
+def auto_range(partition_id: int, unit: str, t: DorisType) -> PartitionDef:
+    """The AUTO RANGE partition of an id (`auto_id_sql`): one time unit, named as Doris names it
+    (`p20240101000000`, the start as yyyyMMddHHmmss)."""
+    index = partition_id - AUTO_ID_BASE
+    if unit == "HOUR":
+        low = _EPOCH + dt.timedelta(hours=index)
+        high = low + dt.timedelta(hours=1)
+    elif unit == "DAY":
+        low = _EPOCH + dt.timedelta(days=index)
+        high = low + dt.timedelta(days=1)
+    elif unit == "WEEK":
+        low = _MONDAY + dt.timedelta(weeks=index)
+        high = low + dt.timedelta(weeks=1)
+    else:
+        months = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}[unit]
+        low, high = _month_start(index * months), _month_start((index + 1) * months)
+
+    def shown(moment: dt.datetime) -> str:
+        return moment.date().isoformat() if t.name == "DATE" else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+    return PartitionDef(id=partition_id, name=low.strftime("p%Y%m%d%H%M%S"), lower=(shown(low),), upper=(shown(high),))
+
+
+def _month_start(months: int) -> dt.datetime:
+    return dt.datetime(1970 + months // 12, months % 12 + 1, 1)
+
+
+def auto_list(partition_id: int, values: tuple[str | None, ...], taken: set[str]) -> PartitionDef:
+    """The AUTO LIST partition of one tuple of values, named `p` and its letters and digits (its id when that
+    name is taken or empty)."""
+    name = "p" + "_".join("".join(ch for ch in (v or "null") if ch.isalnum()) for v in values)
+    if name.lower() in taken or name == "p":
+        name = f"p{partition_id}"
+    return PartitionDef(id=partition_id, name=name, values=(values,))

@@ -293,3 +293,42 @@ def test_a_year_of_daily_partitions_loaded_in_one_stream_load(doris: DorisClient
     assert partitions[59][1] == "p_20240229"
     assert doris.rows(db, "SELECT count(*), sum(v) FROM y") == [[1098, sum(i * 30 + 3 for i in range(366))]]
     assert doris.rows(db, "SELECT k, v FROM y WHERE d = '2024-02-29' ORDER BY k") == [[0, 590], [1, 591], [2, 592]]
+
+
+def test_auto_partitions_are_created_by_the_loads_that_need_them(doris: DorisClient, db: str) -> None:
+    doris.sql(
+        db,
+        """CREATE TABLE a (d DATE NOT NULL, k INT, v INT) UNIQUE KEY(d, k)
+        AUTO PARTITION BY RANGE (date_trunc(`d`, 'month')) () DISTRIBUTED BY HASH(k) BUCKETS 2""",
+    )
+    assert doris.rows(db, "SHOW PARTITIONS FROM a") == []
+    assert_doris_result(_load(doris, db, "a", ["2024-01-05,1,10", "2024-01-20,2,20", "2024-03-01,3,30"]))
+    shown = {r[1]: r[6] for r in doris.rows(db, "SHOW PARTITIONS FROM a")}
+    assert list(shown) == ["p20240101000000", "p20240301000000"]
+    assert shown["p20240301000000"].endswith("keys: [2024-03-01]; ..types: [DATEV2]; keys: [2024-04-01]; )")
+    # a failed load leaves no partition behind; a big load creates many at once
+    failed = _load(doris, db, "a", ["2024-05-01,1,1", "not-a-date,2,2"])
+    assert failed["Status"] == "Fail"
+    assert len(doris.rows(db, "SHOW PARTITIONS FROM a")) == 2
+    lines = [f"2023-{m:02d}-{d:02d},{d},{m}" for m in range(1, 13) for d in range(1, 29)]
+    assert_doris_result(_load(doris, db, "a", lines), loaded=len(lines))
+    assert len(doris.rows(db, "SHOW PARTITIONS FROM a")) == 14
+    assert doris.rows(db, "SELECT count(*) FROM a WHERE d >= '2023-06-01' AND d < '2023-07-01'") == [[28]]
+    created = doris.rows(db, "SHOW CREATE TABLE a")[0][1]
+    assert "AUTO PARTITION BY RANGE (date_trunc(`d`, 'month'))" in created
+    doris.sql(db, created.replace("CREATE TABLE `a`", "CREATE TABLE `a2`"))
+    assert len(doris.rows(db, "SHOW PARTITIONS FROM a2")) == 14
+
+    doris.sql(
+        db,
+        """CREATE TABLE l (city VARCHAR(20), k INT, v INT) UNIQUE KEY(city, k)
+        AUTO PARTITION BY LIST (city) () DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    assert_doris_result(_load(doris, db, "l", ["Paris,1,1", "New York,2,2", "Paris,3,3"]))
+    assert_doris_result(_load(doris, db, "l", ["Paris,4,4", "Rome,5,5"]))
+    shown = {r[1]: r[6] for r in doris.rows(db, "SHOW PARTITIONS FROM l")}
+    assert list(shown) == ["pParis", "pNewYork", "pRome"] or sorted(shown) == ["pNewYork", "pParis", "pRome"]
+    assert doris.rows(db, "SELECT k FROM l PARTITION (pParis) ORDER BY k") == [[1], [3], [4]]
+    assert "AUTO RANGE PARTITION doesn't support NULL column" in doris.sql_error(
+        db, "CREATE TABLE n (d DATE, k INT) DUPLICATE KEY(d) AUTO PARTITION BY RANGE (date_trunc(d, 'day')) ()"
+    )
