@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import functools
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from enum import StrEnum
@@ -324,6 +325,14 @@ DOUBLE_EXACT = 2**53  # integers a double holds exactly
 
 def range_splits(
     partitioning: Partitioning, types: Sequence[DorisType], ids: AbstractSet[int] | None = None
+) -> tuple[list[float], list[int | None]] | None:
+    """`_range_splits`, computed once per partitioning (a load asks twice; a thousand ranges take ~5 ms)."""
+    return _range_splits(partitioning, tuple(types), frozenset(ids) if ids is not None else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _range_splits(
+    partitioning: Partitioning, types: tuple[DorisType, ...], ids: frozenset[int] | None
 ) -> tuple[list[float], list[int | None]] | None:
     """A one-column RANGE partitioning as Spark's `Bucketizer` splits: every bound as a number (`number_of`), with
     -inf and +inf at the ends, and the partition id of each interval between two splits (None: no partition, or
