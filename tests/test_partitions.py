@@ -332,3 +332,16 @@ def test_auto_partitions_are_created_by_the_loads_that_need_them(doris: DorisCli
     assert "AUTO RANGE PARTITION doesn't support NULL column" in doris.sql_error(
         db, "CREATE TABLE n (d DATE, k INT) DUPLICATE KEY(d) AUTO PARTITION BY RANGE (date_trunc(d, 'day')) ()"
     )
+
+
+def test_json_group_commit_and_two_phase_loads_route_rows(doris: DorisClient, db: str) -> None:
+    doris.sql(db, DAILY.replace("PROPERTIES (", 'PROPERTIES ("group_commit_mode" = "sync_mode", ', 1))
+    json_rows = '[{"d": "2024-01-01", "k": 1, "v": "j", "s": 1}, {"d": "2025-01-01", "k": 2, "v": "x", "s": 1}]'
+    headers = {"format": "json", "strip_outer_array": "true", "max_filter_ratio": "0.5"}
+    reply = doris.stream_load(db, "t", json_rows, headers=headers).json()
+    assert (reply["Status"], reply["NumberLoadedRows"], reply["NumberFilteredRows"]) == ("Success", 1, 1), reply
+    assert reply.get("GroupCommit") is True
+    txn = doris.precommit(db, "t", b"2024-01-02,3,two,1\n", {"column_separator": ",", "label": "tp1"})
+    assert doris.rows(db, "SELECT k FROM t ORDER BY k") == [[1]]
+    doris.commit_txn(db, txn)
+    assert doris.rows(db, "SELECT d, k FROM t PARTITION (p_20240102)") == [["2024-01-02", 3]]
