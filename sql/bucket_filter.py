@@ -23,19 +23,14 @@ MAX_VALUES = 1000
 def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]] | None:
     """The values of key columns rows of `table` must hold to pass its query's filter (by the table's own column
     names), or None when the filter pins none."""
-    source = table.parent
-    select = source.parent if isinstance(source, exp.From) else None
-    if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("laterals"):
+    sole = table_filter(table)
+    if sole is None:
         return None
-    where = select.args.get("where")
-    if not isinstance(where, exp.Where):
-        return None
-    names = {table.name.lower(), table.alias_or_name.lower()}
+    condition, names = sole
     # key columns only: every version of a row has its key's values, so a file whose bounds exclude them holds no
     # version of a row the query keeps (a value column's bounds say nothing of a row's later versions)
     keys = {c.name.lower(): c for c in definition.columns if c.is_key}
     pinned: dict[str, list[Any]] = {}
-    condition = where.this
     terms = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
     for term in terms:
         found = _pinned_values(term, names) if isinstance(term, exp.Expression) else None
@@ -45,6 +40,19 @@ def pinned_values(table: exp.Table, definition: TableDef) -> dict[str, list[Any]
         if all(_same_kind(column.type.is_integer, column.type.name, v) for v in found[1]):
             pinned[column.name] = sorted(set(found[1]), key=repr)
     return pinned or None
+
+
+def table_filter(table: exp.Table) -> tuple[exp.Expression, set[str]] | None:
+    """The WHERE condition of the SELECT that reads `table` alone (no join), and the names its columns may be
+    qualified by; None for any other query."""
+    source = table.parent
+    select = source.parent if isinstance(source, exp.From) else None
+    if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("laterals"):
+        return None
+    where = select.args.get("where")
+    if not isinstance(where, exp.Where):
+        return None
+    return where.this, {table.name.lower(), table.alias_or_name.lower()}
 
 
 def _pinned_values(term: exp.Expression, names: set[str]) -> tuple[str, list[Any]] | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from sql.bucket_filter import table_filter
 from tables.errors import SqlError
 from tables.model import TableDef
 from tables.partitions import MAXVALUE, MINVALUE, PartitionDef, PartitionKind, parse_value
@@ -101,19 +102,14 @@ class _Interval:
 def _bounds(table: exp.Table, definition: TableDef) -> _Interval | None:
     """What the filter allows of the first partition column, None when it says nothing of it."""
     assert definition.partitioning is not None
-    source = table.parent
-    select = source.parent if isinstance(source, exp.From) else None
-    if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("laterals"):
+    found = table_filter(table)
+    if found is None:
         return None
-    where = select.args.get("where")
-    if not isinstance(where, exp.Where):
-        return None
-    names = {table.name.lower(), table.alias_or_name.lower()}
+    condition, names = found
     column = definition.partitioning.columns[0]
     kind = definition.partition_types()[0]
     interval = _Interval()
     said = False
-    condition = where.this
     for term in list(condition.flatten()) if isinstance(condition, exp.And) else [condition]:
         while isinstance(term, exp.Paren):
             term = term.this

@@ -44,7 +44,7 @@ from tables.errors import (
     TxnStateError,
 )
 from tables.model import DEFINITION_PROPERTY, DELETE_SIGN, TableDef
-from tables.partitions import PARTITION_COL, PartitionDef, PartitionKind, auto_list, auto_range, check_new
+from tables.partitions import PARTITION_COL, PartitionDef, PartitionKind, auto_list, auto_range, check_new, value_text
 from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
@@ -786,7 +786,7 @@ def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | No
         else:
             first = pq.ParquetFile(plain_path(path)).read_row_group(0, columns=list(partitioning.columns)).slice(0, 1)
             row = first.to_pylist()[0]
-            values = tuple(None if row[c] is None else _value_text(row[c]) for c in partitioning.columns)
+            values = tuple(None if row[c] is None else value_text(row[c]) for c in partitioning.columns)
             new = auto_list(pid, values, taken)
         taken.add(new.name.lower())
         check_new(partitioning.model_copy(update={"partitions": (*partitioning.partitions, *added)}), new, types)
@@ -795,16 +795,6 @@ def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | No
         return None
     grown = partitioning.model_copy(update={"partitions": (*partitioning.partitions, *added)})
     return current.model_copy(update={"partitioning": grown})
-
-
-def _value_text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dt.datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return str(value)
 
 
 def partitions_of(table: Table, added: list[DataFile]) -> dict[str, Partition]:

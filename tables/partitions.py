@@ -136,7 +136,11 @@ def _compact_date(text: str) -> dt.date:
 
 def canonical(text: str, t: DorisType) -> str:
     """The value as Doris prints it back (`2024-1-1` → `2024-01-01`; datetimes with seconds)."""
-    value = parse_value(text, t)
+    return value_text(parse_value(text, t))
+
+
+def value_text(value: object) -> str:
+    """A partition column's Python value as the text of its literal."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
