@@ -293,6 +293,8 @@ def _check_not_in_delete(table: TableDef, col: ColumnDef, what: str) -> None:
 def _drop(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) -> TableDef:
     col = _find(table, clause.name)
     _check_not_in_delete(table, col, "drop")
+    if _is_partition_column(table, col):
+        raise SqlError(f"Partition column[{col.name}] cannot be dropped")
     if col.is_key:
         model = {KeysType.UNIQUE: "Unique", KeysType.AGGREGATE: "Aggregate", KeysType.DUPLICATE: "Duplicate"}
         raise SqlError(f"Can not drop key column in {model[table.keys_type]} data model table")
@@ -342,13 +344,21 @@ def _rename(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) 
     def swap(names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(new if n.lower() == col.name.lower() else n for n in names)
 
+    partitioning = table.partitioning
+    if partitioning is not None:
+        partitioning = partitioning.model_copy(update={"columns": swap(partitioning.columns)})
     return table.model_copy(
         update={
             "columns": tuple(renamed if c is col else c for c in table.columns),
             "key_columns": swap(table.key_columns),
             "bucket_columns": swap(table.bucket_columns),
+            "partitioning": partitioning,
         }
     )
+
+
+def _is_partition_column(table: TableDef, col: ColumnDef) -> bool:
+    return table.partitioning is not None and col.name.lower() in {c.lower() for c in table.partitioning.columns}
 
 
 def _widens(old: DorisType, new: DorisType) -> bool:
@@ -382,6 +392,8 @@ def _modify(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) 
     fixed_type = {table.sequence_col, table.replace_version_column, *table.sequence_mapping}
     if col.type != new.type and col.name in fixed_type:
         raise SqlError(f"The type of sequence column {col.name} can not be changed")
+    if col.type != new.type and _is_partition_column(table, col):
+        raise SqlError(f"Can not modify partition column[{col.name}]")
     if not _widens(col.type, new.type):
         raise SqlError(f"Can not change {col.type.sql()} to {new.type.sql()}")
     modified = col.model_copy(

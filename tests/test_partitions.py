@@ -345,3 +345,19 @@ def test_json_group_commit_and_two_phase_loads_route_rows(doris: DorisClient, db
     assert doris.rows(db, "SELECT k FROM t ORDER BY k") == [[1]]
     doris.commit_txn(db, txn)
     assert doris.rows(db, "SELECT d, k FROM t PARTITION (p_20240102)") == [["2024-01-02", 3]]
+
+
+def test_schema_changes_keep_the_partition_columns(doris: DorisClient, db: str) -> None:
+    doris.sql(
+        db,
+        """CREATE TABLE s (k INT, d DATE, v INT) DUPLICATE KEY(k) PARTITION BY RANGE(d) (
+            PARTITION p1 VALUES LESS THAN ("2024-01-01"), PARTITION p2 VALUES LESS THAN ("2025-01-01"))
+        DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    assert doris.sql_error(db, "ALTER TABLE s DROP COLUMN d").endswith("Partition column[d] cannot be dropped")
+    assert doris.sql_error(db, "ALTER TABLE s MODIFY COLUMN d DATETIME").endswith("Can not modify partition column[d]")
+    assert_doris_result(_load(doris, db, "s", ["1,2023-05-01,1", "2,2024-05-01,2"]))
+    doris.sql(db, "ALTER TABLE s RENAME COLUMN d day")
+    assert_doris_result(_load(doris, db, "s", ["3,2024-06-01,3"]))
+    assert doris.rows(db, "SELECT k FROM s PARTITION (p2) ORDER BY k") == [[2], [3]]
+    assert "PARTITION BY RANGE(`day`)" in doris.rows(db, "SHOW CREATE TABLE s")[0][1]
