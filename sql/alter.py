@@ -24,10 +24,18 @@ from sql.ddl import (
     split_type,
 )
 from sql.dynamic_partition import check_table
-from sql.partition_ddl import PartitionDesc, add_partition, parse_partition_desc
+from sql.partition_ddl import (
+    BatchDesc,
+    PartitionDesc,
+    add_partition,
+    expand_batch,
+    parse_batch,
+    parse_partition_desc,
+)
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
+from tables.partitions import PartitionKind
 from tables.schema_change import AddColumn, DropColumn, RenameColumn, SchemaOp, WidenColumn
 from tables.types import DorisType, UnsupportedType
 
@@ -45,6 +53,7 @@ class Clause:
     first: bool = False
     properties: dict[str, str] = field(default_factory=dict)
     partition: PartitionDesc | None = None  # ADD PARTITION
+    batch: BatchDesc | None = None  # ADD PARTITIONS FROM ... TO ... INTERVAL
     if_exists: bool = False  # DROP PARTITION IF EXISTS
 
 
@@ -93,7 +102,7 @@ def _placement(cur: Cursor) -> tuple[str | None, bool, dict[str, str]]:
 
 
 def _clause(cur: Cursor) -> Clause:
-    if cur.word(0) in ("ADD", "DROP", "REPLACE") and cur.word(1) in ("TEMPORARY", "PARTITION"):
+    if cur.word(0) in ("ADD", "DROP", "REPLACE") and cur.word(1) in ("TEMPORARY", "PARTITION", "PARTITIONS"):
         return _partition_clause(cur)
     if cur.accept("ADD", "COLUMN") or cur.accept("ADD"):
         if cur.word() in ("ROLLUP", "INDEX", "PARTITION", "TEMPORARY"):
@@ -135,6 +144,9 @@ def _partition_clause(cur: Cursor) -> Clause:
     verb = cur.next().text.upper()
     if cur.word() == "TEMPORARY":
         raise SqlError(f"ALTER TABLE {verb} TEMPORARY PARTITION is not supported by this server yet")
+    if verb == "ADD" and cur.accept("PARTITIONS"):
+        cur.expect("FROM")
+        return Clause(kind="ADD PARTITION", batch=parse_batch(cur))
     cur.expect("PARTITION")
     if verb == "ADD":
         return Clause(kind="ADD PARTITION", partition=parse_partition_desc(cur))
@@ -182,9 +194,18 @@ def plan_alter(
 def _add_partition(table: TableDef, clause: Clause) -> TableDef:
     if table.partitioning is None:
         raise SqlError(f"Table[{table.name}]'s partition info is empty: it is not a partitioned table")
-    assert clause.partition is not None
     created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    partitioning = add_partition(table.partitioning, clause.partition, table.partition_types(), created=created)
+    types = table.partition_types()
+    if clause.batch is not None:
+        if table.partitioning.kind is not PartitionKind.RANGE or len(types) != 1:
+            raise SqlError("Batch partitions (FROM ... TO ... INTERVAL) are only for one-column RANGE partitions")
+        descs = expand_batch(clause.batch, types[0])
+    else:
+        assert clause.partition is not None
+        descs = [clause.partition]
+    partitioning = table.partitioning
+    for desc in descs:
+        partitioning = add_partition(partitioning, desc, types, created=created)
     return table.model_copy(update={"partitioning": partitioning})
 
 

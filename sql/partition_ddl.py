@@ -202,20 +202,25 @@ def _items(cur: Cursor, kind: PartitionKind) -> tuple[PartitionDesc | BatchDesc,
         elif cur.accept("FROM"):
             if kind is not PartitionKind.RANGE:
                 raise SqlError("Batch partitions (FROM ... TO ... INTERVAL) are only for RANGE partitions")
-            start = _bound(cur)
-            cur.expect("TO")
-            end = _bound(cur)
-            cur.expect("INTERVAL")
-            interval = cur.expect_type(TokenType.NUMBER, "an interval").text
-            unit = cur.next().text.upper() if not cur.at(TokenType.COMMA, TokenType.R_PAREN) else None
-            if len(start) != 1 or len(end) != 1:
-                raise SqlError("Batch partitions support one partition column only")
-            items.append(BatchDesc(start=start[0], end=end[0], interval=int(interval), unit=unit))
+            items.append(parse_batch(cur))
         else:
             raise cur.error("PARTITION or FROM")
         if not cur.accept_type(TokenType.COMMA) and not cur.at(TokenType.R_PAREN):
             raise cur.error(", or )")
     return tuple(items)
+
+
+def parse_batch(cur: Cursor) -> BatchDesc:
+    """`(start) TO (end) INTERVAL n [unit]`, after FROM."""
+    start = _bound(cur)
+    cur.expect("TO")
+    end = _bound(cur)
+    cur.expect("INTERVAL")
+    interval = cur.expect_type(TokenType.NUMBER, "an interval").text
+    unit = cur.next().text.upper() if not cur.at_end() and not cur.at(TokenType.COMMA, TokenType.R_PAREN) else None
+    if len(start) != 1 or len(end) != 1:
+        raise SqlError("Batch partitions support one partition column only")
+    return BatchDesc(start=start[0], end=end[0], interval=int(interval), unit=unit)
 
 
 def partition_columns(

@@ -9,11 +9,15 @@ An unpartitioned table is one partition named as the table, as in Doris.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import sqlglot
 from pyiceberg.conversions import from_bytes
 from pyiceberg.types import LongType
+from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from sql.context import SqlContext
 from sql.dynamic_partition import dynamic_spec
@@ -59,18 +63,99 @@ PARTITION_COLUMNS = (
 class ShowPartitions:
     target: Target
     temporary: bool = False
+    tail: exp.Select | None = None  # WHERE / ORDER BY / LIMIT over the result's columns
 
 
 def parse_show_partitions(cur: Cursor, current_db: str) -> ShowPartitions:
-    """`SHOW [TEMPORARY] PARTITIONS FROM [db.]t` (WHERE, ORDER BY and LIMIT are not read)."""
+    """`SHOW [TEMPORARY] PARTITIONS FROM [db.]t [WHERE ...] [ORDER BY ...] [LIMIT n [OFFSET m]]`; the WHERE takes
+    AND-ed comparisons and LIKE of a column with a literal, as Doris does."""
     cur.i = 1
     temporary = cur.accept("TEMPORARY")
     cur.expect("PARTITIONS")
     cur.expect("FROM")
     target = cur.table(current_db)
+    tail = None
     if not cur.at_end():
-        raise SqlError("SHOW PARTITIONS supports no WHERE, ORDER BY or LIMIT on this server yet")
-    return ShowPartitions(target=target, temporary=temporary)
+        rest = cur.text[cur.tokens[cur.i].start :]
+        try:
+            parsed = sqlglot.parse_one(f"SELECT * FROM partitions {rest}", dialect="doris")
+        except ParseError:
+            raise SqlError(f"Syntax error in SHOW PARTITIONS near: {rest[:80]}") from None
+        if not isinstance(parsed, exp.Select):
+            raise SqlError("Syntax error in SHOW PARTITIONS")
+        tail = parsed
+    return ShowPartitions(target=target, temporary=temporary, tail=tail)
+
+
+_COMPARE: dict[type[exp.Expr], Any] = {
+    exp.EQ: lambda a, b: a == b,
+    exp.NEQ: lambda a, b: a != b,
+    exp.GT: lambda a, b: a > b,
+    exp.GTE: lambda a, b: a >= b,
+    exp.LT: lambda a, b: a < b,
+    exp.LTE: lambda a, b: a <= b,
+}
+
+
+def _keep(row: dict[str, Any], condition: exp.Expr) -> bool:
+    """Raises: SqlError for a predicate form SHOW PARTITIONS does not take (Doris's limits)."""
+    if isinstance(condition, exp.Paren):
+        return _keep(row, condition.this)
+    if isinstance(condition, exp.And):
+        return _keep(row, condition.left) and _keep(row, condition.right)
+    left, right = condition.args.get("this"), condition.args.get("expression")
+    if not isinstance(left, exp.Column) or not isinstance(right, exp.Literal):
+        raise SqlError("Only the columns of SHOW PARTITIONS compared with a literal are supported, joined by AND")
+    name = next((c for c in row if c.lower() == left.name.lower()), None)
+    if name is None:
+        raise SqlError(f"Unknown column '{left.name}' in SHOW PARTITIONS")
+    value = row[name]
+    literal: Any = right.this if right.is_string else float(right.this)
+    if not right.is_string:
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return False
+    else:
+        value = str(value)
+    if isinstance(condition, exp.Like):
+        pattern = "^" + re.escape(str(literal)).replace("%", ".*").replace("_", ".") + "$"
+        return re.match(pattern, str(value), re.IGNORECASE) is not None
+    compare = _COMPARE.get(type(condition))
+    if compare is None:
+        raise SqlError("Only =, !=, <, <=, >, >= and LIKE are supported in SHOW PARTITIONS")
+    return bool(compare(value, literal))
+
+
+def _sort_key(column: str) -> Any:
+    def key(row: dict[str, Any]) -> tuple[bool, Any]:
+        return isinstance(row[column], str), row[column]
+
+    return key
+
+
+def _apply_tail(rows: list[list[Any]], tail: exp.Select) -> list[list[Any]]:
+    named = [dict(zip(PARTITION_COLUMNS, r, strict=True)) for r in rows]
+    where = tail.args.get("where")
+    if isinstance(where, exp.Where):
+        named = [r for r in named if _keep(r, where.this)]
+    order = tail.args.get("order")
+    if isinstance(order, exp.Order):
+        for item in reversed(order.expressions):
+            column = item.this
+            if not isinstance(column, exp.Column):
+                raise SqlError("ORDER BY of SHOW PARTITIONS takes column names")
+            key = next((c for c in PARTITION_COLUMNS if c.lower() == column.name.lower()), None)
+            if key is None:
+                raise SqlError(f"Unknown column '{column.name}' in SHOW PARTITIONS")
+            named.sort(key=_sort_key(key), reverse=bool(item.args.get("desc")))
+    offset, limit = tail.args.get("offset"), tail.args.get("limit")
+    start = int(offset.expression.this) if isinstance(offset, exp.Offset) else 0
+    if isinstance(limit, exp.Limit):
+        named = named[start : start + int(limit.expression.this)]
+    else:
+        named = named[start:]
+    return [[r[c] for c in PARTITION_COLUMNS] for r in named]
 
 
 @dataclass
@@ -136,6 +221,8 @@ def show_partitions(ctx: SqlContext, stmt: ShowPartitions, session: Session) -> 
         for p in table.partitioning.partitions:
             if p.temporary == stmt.temporary:
                 rows.append(_row(table, p, figures.get(p.id, _Figures()), times))
+    if stmt.tail is not None:
+        rows = _apply_tail(rows, stmt.tail)
     return ResultSet(columns=[(c, "VARCHAR") for c in PARTITION_COLUMNS], rows=rows)
 
 

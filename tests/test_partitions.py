@@ -361,3 +361,17 @@ def test_schema_changes_keep_the_partition_columns(doris: DorisClient, db: str) 
     assert_doris_result(_load(doris, db, "s", ["3,2024-06-01,3"]))
     assert doris.rows(db, "SELECT k FROM s PARTITION (p2) ORDER BY k") == [[2], [3]]
     assert "PARTITION BY RANGE(`day`)" in doris.rows(db, "SHOW CREATE TABLE s")[0][1]
+
+
+def test_show_partitions_filters_orders_and_limits_and_batches_add(doris: DorisClient, db: str) -> None:
+    doris.sql(db, DAILY)
+    doris.sql(db, 'ALTER TABLE t ADD PARTITIONS FROM ("2024-01-04") TO ("2024-01-07") INTERVAL 1 DAY')
+    names = [r[1] for r in doris.rows(db, "SHOW PARTITIONS FROM t")]
+    assert names[-3:] == ["p_20240104", "p_20240105", "p_20240106"]
+    assert [r[1] for r in doris.rows(db, "SHOW PARTITIONS FROM t WHERE PartitionName = 'p_old'")] == ["p_old"]
+    liked = doris.rows(db, "SHOW PARTITIONS FROM t WHERE PartitionName LIKE 'p_202401%' ORDER BY PartitionId DESC")
+    assert [r[1] for r in liked] == list(reversed(names[1:]))
+    assert [r[1] for r in doris.rows(db, "SHOW PARTITIONS FROM t ORDER BY PartitionName LIMIT 2 OFFSET 1")] == [
+        "p_20240102",
+        "p_20240103",
+    ]
