@@ -17,7 +17,7 @@ from sql.results import ExecStatus
 from sql.session import Session
 from sql.tokens import Cursor, Target
 from tables.accounts import Priv
-from tables.commit import remove_partitions
+from tables.commit import partition_change
 from tables.errors import SqlError
 from tables.model import TableDef
 
@@ -150,15 +150,12 @@ def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecSta
     require_table(session.privileges, Priv.ALTER, "ALTER", alter.db or session.db, alter.table)
     table = ctx.catalog.load(alter.db or session.db, alter.table).definition
     dropped: set[int] = set()
-    change = plan_alter(alter, dropped)
+    change, iceberg = partition_change(plan_alter(alter, dropped), dropped)
     kinds = {c.kind for c in alter.clauses}
-    if kinds <= set(PARTITION_CLAUSES):
-        # a partition added changes no schema (loads planned before it just do not route to it); a partition
-        # dropped does, so that no load planned before it writes into it afterwards
-        drops = "DROP PARTITION" in kinds
-        new = ctx.writer.alter(table.db, table.name, change, schema=drops, iceberg=remove_partitions(dropped))
-    else:
-        new = ctx.writer.alter(table.db, table.name, change, iceberg=remove_partitions(dropped))
+    # a partition added changes no schema (loads planned before it just do not route to it); a partition dropped
+    # does, so that no load planned before it writes into it afterwards
+    schema = not kinds <= set(PARTITION_CLAUSES) or "DROP PARTITION" in kinds
+    new = ctx.writer.alter(table.db, table.name, change, schema=schema, iceberg=iceberg)
     if "SET" in kinds and check_table(new) is not None:  # dynamic partitions turned on or changed: apply now
         schedule_table(ctx.writer, new, lambda: dt.datetime.now(dt.UTC))
     return ExecStatus()

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sql.partition_ddl import PartitionDesc, add_partition
 from tables.catalog import Catalog
-from tables.commit import TableWriter, remove_partitions
+from tables.commit import TableWriter, partition_change
 from tables.errors import DorisError, SqlError
 from tables.model import TableDef
 from tables.partitions import MAXVALUE, MINVALUE, PartitionKind, parse_value
@@ -276,7 +276,8 @@ def schedule_table(writer: TableWriter, table: TableDef, now: Callable[[], dt.da
     current = plan(table, now(), "")
     if current[0].partitioning == table.partitioning:
         return 0, 0  # nothing to do: no version taken
-    writer.alter(table.db, table.name, change, schema=bool(current[1]), iceberg=remove_partitions(dropped))
+    recorded, iceberg = partition_change(change, dropped)
+    writer.alter(table.db, table.name, recorded, schema=bool(current[1]), iceberg=iceberg)
     return counts[0], counts[1]
 
 

@@ -17,6 +17,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -24,7 +25,14 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceErr
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
 from pyiceberg.types import IntegerType, NestedField
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -32,7 +40,7 @@ from sqlalchemy.orm import Session
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
-from tables.partitions import PARTITION_COL
+from tables.partitions import PARTITION_COL, aligned_unit
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
 
@@ -85,9 +93,13 @@ class TableHandle:
 PARTITION_FIELD_ID = 1000
 
 
-def bucket_spec(source_id: int, partition_source_id: int | None = None) -> PartitionSpec:
+def bucket_spec(
+    source_id: int, partition_source_id: int | None = None, unit: tuple[int, str, str] | None = None
+) -> PartitionSpec:
     """A bucketed table's partition spec: identity on `BUCKET_COL`, then, for a partitioned table, identity on
-    `PARTITION_COL` (a file holds one bucket of one partition)."""
+    `PARTITION_COL` (a file holds one bucket of one partition), and, when every partition is one aligned time unit
+    (`unit`: the column's field id, its name and the unit), that unit's transform of the column, by which foreign
+    Iceberg readers prune."""
     fields = [
         PartitionField(source_id=source_id, field_id=PARTITION_FIELD_ID, transform=IdentityTransform(), name=BUCKET_COL)
     ]
@@ -100,7 +112,33 @@ def bucket_spec(source_id: int, partition_source_id: int | None = None) -> Parti
                 name=PARTITION_COL,
             )
         )
+    if unit is not None:
+        column_id, column, unit_name = unit
+        transform = time_transform(unit_name)
+        name = f"{column}_{unit_name.lower()}"
+        fields.append(
+            PartitionField(source_id=column_id, field_id=PARTITION_FIELD_ID + 2, transform=transform, name=name)
+        )
     return PartitionSpec(*fields)
+
+
+def time_unit_hint(definition: TableDef) -> str | None:
+    """The time unit of the partitions an AUTO or dynamic partition table will get."""
+    partitioning = definition.partitioning
+    if partitioning is not None and partitioning.auto:
+        return partitioning.auto_unit
+    return definition.properties.get("dynamic_partition.time_unit", "").upper() or None
+
+
+def time_transform(unit: str) -> Transform[Any, int]:
+    """Iceberg's transform of a time unit (`tables.partitions.TRANSFORM_UNITS`)."""
+    if unit == "HOUR":
+        return HourTransform()
+    if unit == "DAY":
+        return DayTransform()
+    if unit == "MONTH":
+        return MonthTransform()
+    return YearTransform()
 
 
 def _plain_path(uri: str) -> str:
@@ -189,7 +227,13 @@ class Catalog:
             bucket_id = len(fields)
             if definition.partitioned:
                 fields.append(NestedField(field_id=len(fields) + 1, name=PARTITION_COL, field_type=IntegerType()))
-            spec = bucket_spec(bucket_id, len(fields) if definition.partitioned else None)
+            unit = None
+            if definition.partitioning is not None:
+                found = aligned_unit(definition.partitioning, definition.partition_types(), time_unit_hint(definition))
+                if found is not None:
+                    column = definition.partitioning.columns[0]
+                    unit = (next(f.field_id for f in fields if f.name == column), column, found)
+            spec = bucket_spec(bucket_id, len(fields) if definition.partitioned else None, unit)
         with self._ddl_lock:
             if self._iceberg.table_exists((definition.db, definition.name)):
                 if if_not_exists:

@@ -43,8 +43,17 @@ from tables.errors import (
     TxnAborted,
     TxnStateError,
 )
-from tables.model import DEFINITION_PROPERTY, DELETE_SIGN, TableDef
-from tables.partitions import PARTITION_COL, PartitionDef, PartitionKind, auto_list, auto_range, check_new, value_text
+from tables.model import BUCKET_COL, DEFINITION_PROPERTY, DELETE_SIGN, TableDef
+from tables.partitions import (
+    PARTITION_COL,
+    PartitionDef,
+    PartitionKind,
+    aligned_unit,
+    auto_list,
+    auto_range,
+    check_new,
+    value_text,
+)
 from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
@@ -659,6 +668,49 @@ def remove_partitions(ids: AbstractSet[int]) -> Callable[[Transaction, int], Non
         if paths:
             with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
                 delta.remove(paths)
+
+    return change
+
+
+Change = Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]]
+
+
+def partition_change(change: Change, dropped: AbstractSet[int]) -> tuple[Change, Callable[[Transaction, int], None]]:
+    """A definition change that may drop partitions or add ranges, and the Iceberg change that goes with it
+    (`TableWriter.alter`'s `iceberg`): the dropped partitions' files removed (`dropped` is filled by the change),
+    and the spec's time-unit field dropped when the new partitions no longer fit it (`fit_time_field`)."""
+    made: list[TableDef] = []
+
+    def recorded(current: TableDef, version: int) -> tuple[TableDef, list[SchemaOp]]:
+        new, ops = change(current, version)
+        made.append(new)
+        return new, ops
+
+    def iceberg(tx: Transaction, version: int) -> None:
+        remove_partitions(dropped)(tx, version)
+        fit_time_field(lambda: made[-1] if made else None)(tx, version)
+
+    return recorded, iceberg
+
+
+def fit_time_field(new_definition: Callable[[], TableDef | None]) -> Callable[[Transaction, int], None]:
+    """The Iceberg change that drops the spec's time-unit field (`day(col)`, ...) once some partition of the new
+    definition is not one aligned unit of it any more (a manual range, another dynamic unit): its files could not
+    be named by the field. Files already written keep their spec; foreign readers just prune less."""
+
+    def change(tx: Transaction, version: int) -> None:
+        new = new_definition()
+        if new is None or new.partitioning is None:
+            return
+        spec = tx.table_metadata.spec()
+        timed = [f for f in spec.fields if f.name not in (BUCKET_COL, PARTITION_COL)]
+        if not timed:
+            return
+        field = timed[0]
+        unit = str(field.transform).upper()  # day, month, year, hour
+        if aligned_unit(new.partitioning, new.partition_types(), unit) != unit:
+            with tx.update_spec() as update:
+                update.remove_field(field.name)
 
     return change
 

@@ -434,3 +434,46 @@ def auto_list(partition_id: int, values: tuple[str | None, ...], taken: set[str]
     if name.lower() in taken or name == "p":
         name = f"p{partition_id}"
     return PartitionDef(id=partition_id, name=name, values=(values,))
+
+
+# -- the time unit every partition is one of, for an Iceberg transform --------------------------------
+TRANSFORM_UNITS = ("HOUR", "DAY", "MONTH", "YEAR")  # the units Iceberg has transforms for
+
+
+def aligned_unit(partitioning: Partitioning, types: Sequence[DorisType], hint: str | None = None) -> str | None:
+    """The time unit each formal partition of a one-column DATE / DATETIME RANGE partitioning is exactly one of
+    (aligned: a day from midnight, a month from the 1st, ...), so Iceberg's `hour` / `day` / `month` / `year`
+    transform of the column names each partition; None when there is none. `hint`: the unit of the partitions a
+    table will get (AUTO, dynamic), for a table with none yet."""
+    if partitioning.kind is not PartitionKind.RANGE or len(types) != 1 or types[0].name not in ("DATE", "DATETIME"):
+        return None
+    units = [u for u in TRANSFORM_UNITS if not (u == "HOUR" and types[0].name == "DATE")]
+    parts = partitioning.formal()
+    if not parts:
+        return hint if hint in units else None
+    for unit in [hint] if hint in units else units:
+        if all(_one_unit(p, unit, types[0]) for p in parts):
+            return unit
+    return None
+
+
+def _one_unit(p: PartitionDef, unit: str | None, t: DorisType) -> bool:
+    if p.lower[0] in (MINVALUE, MAXVALUE) or p.upper[0] in (MINVALUE, MAXVALUE):
+        return False
+    low = _as_moment(parse_value(p.lower[0], t))
+    high = _as_moment(parse_value(p.upper[0], t))
+    if unit == "HOUR":
+        start, step = low.replace(minute=0, second=0, microsecond=0), dt.timedelta(hours=1)
+        return low == start and high == low + step
+    if low.time() != dt.time(0):
+        return False
+    if unit == "DAY":
+        return high == low + dt.timedelta(days=1)
+    if unit == "MONTH":
+        following = _month_start((low.year - 1970) * 12 + low.month)
+        return low.day == 1 and high == following
+    return low.month == 1 and low.day == 1 and high == low.replace(year=low.year + 1)
+
+
+def _as_moment(value: Any) -> dt.datetime:
+    return value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day)

@@ -375,3 +375,28 @@ def test_show_partitions_filters_orders_and_limits_and_batches_add(doris: DorisC
         "p_20240102",
         "p_20240103",
     ]
+
+
+def test_aligned_partitions_are_an_iceberg_time_transform_foreign_readers_prune_by(
+    doris: DorisClient, db: str, server_settings: Any
+) -> None:
+    doris.sql(
+        db,
+        """CREATE TABLE m (d DATE NOT NULL, k INT, v INT) UNIQUE KEY(d, k)
+        AUTO PARTITION BY RANGE (date_trunc(`d`, 'month')) () DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    assert_doris_result(_load(doris, db, "m", ["2024-01-05,1,1", "2024-02-10,2,2", "2024-02-11,3,3", "2024-03-01,4,4"]))
+    data_dir = server_settings.resolved_data_dir
+    table = load_table(data_dir, db, "m")
+    assert [str(f.transform) for f in table.spec().fields] == ["identity", "identity", "month"]
+    february = table.scan(row_filter="d >= '2024-02-01' and d < '2024-03-01'")
+    assert len(list(february.plan_files())) == 1  # pruned by month(d): the other months' files are not read
+    assert sorted(r["k"] for r in february.to_arrow().to_pylist()) == [2, 3]
+    # a range that is not one month: the field goes (files keep theirs), every reader still answers the same
+    doris.sql(db, 'ALTER TABLE m ADD PARTITION p_half VALUES [("2025-01-01"), ("2025-01-15"))')
+    assert_doris_result(_load(doris, db, "m", ["2025-01-02,5,5", "2024-02-12,6,6"]))
+    assert [str(f.transform) for f in load_table(data_dir, db, "m").spec().fields] == ["identity", "identity"]
+    expected = doris.rows(db, "SELECT * FROM m ORDER BY d, k")
+    assert [r[1] for r in expected] == [1, 2, 3, 6, 4, 5]
+    assert pyiceberg_rows(data_dir, db, "m") == as_reply(expected)
+    assert duckdb_rows(data_dir, db, "m") == as_reply(expected)
