@@ -146,6 +146,8 @@ def check_table(table: TableDef) -> DynamicPartition | None:
     partitioning = table.partitioning
     if partitioning is None or partitioning.kind is not PartitionKind.RANGE:
         raise SqlError("Only support dynamic partition properties on range partition table")
+    if partitioning.auto:  # since Doris 2.1.3: the scheduler would drop partitions the loads created
+        raise SqlError("Can't use Dynamic Partition and Auto Partition at the same time")
     if len(partitioning.columns) != 1:
         raise SqlError("Dynamic partition only support single-column range partition")
     t = table.partition_types()[0]

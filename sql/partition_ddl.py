@@ -37,7 +37,7 @@ from tables.partitions import (
 )
 from tables.types import DorisType
 
-MAX_BATCH_PARTITIONS = 10000  # Doris FE config max_multi_partition_num... a bound on FROM .. TO .. INTERVAL
+MAX_BATCH_PARTITIONS = 4096  # Doris FE config max_multi_partition_num: the partitions FROM .. TO .. INTERVAL makes
 
 
 @dataclass(frozen=True)

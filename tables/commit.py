@@ -804,6 +804,9 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
             refresh_same_table(handle, pending.table_uuid or table_identity(handle))
 
 
+MAX_AUTO_PARTITIONS = 2000  # Doris FE config max_auto_partition_num: the partitions an AUTO PARTITION table holds
+
+
 def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | None:
     """The table's definition with the AUTO partitions its new `files` need and it does not have yet (None when
     there are none), learnt from the files: each holds one partition, whose id says a RANGE partition's range
@@ -845,6 +848,8 @@ def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | No
         added.append(new.model_copy(update={"create_time": dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")}))
     if not added:
         return None
+    if len(partitioning.partitions) + len(added) > MAX_AUTO_PARTITIONS:
+        raise DorisError("create partition failed. partition numbers will exceed limit variable max_auto_partition_num")
     grown = partitioning.model_copy(update={"partitions": (*partitioning.partitions, *added)})
     return current.model_copy(update={"partitioning": grown})
 
