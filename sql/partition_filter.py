@@ -3,7 +3,8 @@ can keep (partition pruning).
 
 Pruning reads the WHERE of the SELECT that reads the table alone (no join), its AND-ed terms on the first partition
 column: `=`, `IN`, `<`, `<=`, `>`, `>=` and `BETWEEN` against literals that are values of the column's type
-(integers for integer columns; date or datetime text for DATE / DATETIME columns). A RANGE partition is kept when
+(integers for integer columns; date or datetime text for DATE / DATETIME columns; strings for the string columns
+of LIST partitions). A RANGE partition is kept when
 its range meets the interval the terms allow, a LIST partition when one of its values passes them. A NULL sorts
 below every value in a RANGE partition, and no comparison keeps it: pruning never drops a partition whose rows the
 filter keeps. Anything else keeps every partition.
@@ -175,6 +176,8 @@ def _value(node: exp.Expression | None, kind: Any) -> Any:
         if node.is_string or not text.isdigit():
             return None
         return -int(text) if negative else int(text)
+    if kind.is_string and node.is_string and not negative:  # LIST partitions of a string column
+        return text
     if kind.name in ("DATE", "DATETIME") and node.is_string and not negative:
         try:
             value = parse_value(text, kind)

@@ -400,3 +400,19 @@ def test_aligned_partitions_are_an_iceberg_time_transform_foreign_readers_prune_
     assert [r[1] for r in expected] == [1, 2, 3, 6, 4, 5]
     assert pyiceberg_rows(data_dir, db, "m") == as_reply(expected)
     assert duckdb_rows(data_dir, db, "m") == as_reply(expected)
+
+
+def test_list_partitions_prune_by_string_values(doris: DorisClient, db: str, server_settings: Any) -> None:
+    doris.sql(
+        db,
+        """CREATE TABLE c (city VARCHAR(10), k INT, v INT) UNIQUE KEY(city, k) PARTITION BY LIST(city) (
+            PARTITION p_fr VALUES IN ("Paris", "Lyon"), PARTITION p_it VALUES IN ("Rome")) DISTRIBUTED BY HASH(k)""",
+    )
+    assert_doris_result(_load(doris, db, "c", ["Paris,1,1", "Lyon,2,2", "Rome,3,3"]))
+    ids = {r[1]: int(r[0]) for r in doris.rows(db, "SHOW PARTITIONS FROM c")}
+    for f in load_table(server_settings.resolved_data_dir, db, "c").inspect.files().to_pylist():
+        if f["partition"]["__DORIS_PARTITION__"] == ids["p_it"]:
+            Path(f["file_path"].removeprefix("file://")).unlink()
+    assert doris.rows(db, "SELECT k FROM c WHERE city IN ('Paris', 'Lyon') ORDER BY k") == [[1], [2]]
+    assert doris.rows(db, "SELECT k FROM c WHERE city = 'Lyon'") == [[2]]
+    assert doris.sql_raw(db, "SELECT k FROM c WHERE city = 'Rome'")["code"] != 0  # reads the lost file
