@@ -49,11 +49,13 @@ from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, prepare_rows
+from spark_runner import arrow_csv, small_rowset
+from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, inline_fields, prepare_rows
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
 from tables.catalog import TableHandle
 from tables.commit import table_identity
+from tables.csv_dialect import CsvDialect, CsvPath
 from tables.errors import (
     DatabaseNotFound,
     DataQualityError,
@@ -186,24 +188,16 @@ class _Worker:
     def __init__(self, owner: GroupCommitter, name: str, first: Iterable[_Member] = ()) -> None:
         self.owner = owner
         self.items: queue.Queue[_Member] = queue.Queue()
+        self.replayed = bool(first)
         for member in first:  # queued before the thread starts: they are there when its first group forms
             self.items.put(member)
         self.thread = threading.Thread(target=self._loop, name=f"group-commit-{name}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
+        queued = self.replayed  # loads were waiting when the previous group ended (or when it started)
         while True:
-            first = self.items.get()
-            batch = [first]
-            deadline = time.monotonic() + self.owner.interval_s
-            while len(batch) < self.owner.max_loads:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(self.items.get(timeout=remaining))
-                except queue.Empty:
-                    break
+            batch = self._collect(queued)
             run = _GroupRun()
             thread = threading.Thread(
                 target=self._commit, args=(batch, run), name=f"{self.thread.name}-job", daemon=True
@@ -211,6 +205,21 @@ class _Worker:
             thread.start()
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
+            queued = not self.items.empty()
+
+    def _collect(self, queued: bool) -> list[_Member]:
+        """The next group. The first load of an idle worker waits up to the interval for company (Doris's
+        `group_commit_interval_ms`); loads that queued while the previous group ran have waited already: they
+        go at once, with whatever else is queued. A full group (`max_loads`) goes at once either way."""
+        batch = [self.items.get()]
+        deadline = time.monotonic() + (0.0 if queued else self.owner.interval_s)
+        while len(batch) < self.owner.max_loads:
+            remaining = deadline - time.monotonic()
+            try:
+                batch.append(self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait())
+            except queue.Empty:
+                break
+        return batch
 
     def _commit(self, batch: list[_Member], run: _GroupRun) -> None:
         """One group, on a thread of its own: the worker waits for it only until the group's deadline."""
@@ -482,12 +491,12 @@ class GroupCommitter:
                 self.loads.writer.pauses.hit("job", first.plan.table.name)
                 failed |= self._refuse_stale(batch, rowset.table_uuid)
                 spark = self.loads.session_for(req)
-                source = _indexed(staged_source(spark, directory, first))
+                source = group_source(spark, directory, batch, first)
                 while True:
                     kept = [i for i in range(len(batch)) if i not in failed]
                     if not kept:
                         break
-                    frame = source if not failed else source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(kept)})"))
+                    frame = source if not failed else _only(source, kept)
                     outcome = run_rowset(
                         spark,
                         frame,
@@ -671,6 +680,50 @@ def _same_table(handle: TableHandle) -> TableHandle:
     table = handle.iceberg
     copy = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog, table.config)
     return TableHandle(definition=handle.definition, iceberg=copy)
+
+
+def group_source(spark: SparkSession, directory: Path, batch: list[_Member], first: PreparedLoad) -> DataFrame:
+    """The group's rows as one source, each row's position prefixed with its load's index (rows ordered by
+    (load, line)): CSV bodies small together are split by the server and handed to Spark as one `VALUES`
+    relation (no scan at all, and a small rowset is written from the job's result, as a small plain load's);
+    other groups are one Spark scan over the group's directory, the load's index read from each file's name."""
+    inline = _inline_group(spark, batch, first)
+    return inline if inline is not None else _indexed(staged_source(spark, directory, first))
+
+
+def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad) -> DataFrame | None:
+    """Every member's CSV lines split (`arrow_csv`) into one inline source, or None when the group is over the
+    inline bands of its load shape (`CsvDialect.path_for`, on the group's bytes and lines) or a body needs
+    Spark's text path."""
+    import pyarrow as pa
+
+    plan = first.plan
+    if plan.request.format != "csv":
+        return None
+    dialect = CsvDialect.of(plan.request, len(plan.source_fields))
+    if dialect.path_for(sum(m.load_bytes for m in batch)) is not CsvPath.INLINE:
+        return None
+    segments: list[pa.Array] = []
+    positions: list[int] = []
+    for index, member in enumerate(batch):
+        try:
+            lines = list(arrow_csv.body_lines(member.path, dialect))
+        except arrow_csv.GeneralPath:
+            return None
+        count = sum(len(piece) for piece in lines)
+        positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
+        segments += lines
+        if len(positions) > dialect.inline_max_lines:
+            return None
+    if not positions:  # an inline relation needs a row
+        return None
+    return inline_fields(spark, arrow_csv.split_lines(pa.concat_arrays(segments), dialect), dialect, positions)
+
+
+def _only(source: DataFrame, loads: list[int]) -> DataFrame:
+    """The rows of the given loads of the group (a small source stays small)."""
+    frame = source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(loads)})"))
+    return small_rowset.mark_small(frame) if small_rowset.is_small(source) else frame
 
 
 def _indexed(frame: DataFrame) -> DataFrame:

@@ -12,10 +12,10 @@ observed metrics are the load's counts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +44,9 @@ from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, Col
 from tables.partitions import NO_PARTITION, partition_sql
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 POS = "__pos"
 LINE = "__line"
@@ -145,8 +148,16 @@ def _inline_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> Data
     split = arrow_csv.split_small(path, dialect)
     if split is None:
         return None
+    return inline_fields(spark, split, dialect)
+
+
+def inline_fields(
+    spark: SparkSession, split: pa.Table, dialect: CsvDialect, positions: Sequence[int] | None = None
+) -> DataFrame:
+    """Fields split by the server (`arrow_csv`) as one small `VALUES` source, row `i` at `positions[i]` (else
+    `i`): several bodies' lines in one relation (a group commit's) keep their own order."""
     rows = []
-    for pos, row in enumerate(split.to_pylist()):
+    for pos, row in zip(positions if positions is not None else range(split.num_rows), split.to_pylist(), strict=True):
         values = [f"{pos}L"]
         for name, value in row.items():
             if value is None:
