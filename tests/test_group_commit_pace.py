@@ -17,14 +17,17 @@ from tests.helpers import DorisClient, serving
 from tests.test_group_commit import assert_group_reply
 
 DDL = (
-    "CREATE TABLE t (k INT NOT NULL, v VARCHAR(16)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
+    "CREATE TABLE t (k INT NOT NULL, v VARCHAR(16)) {kind} KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
     ' PROPERTIES ("group_commit_mode" = "{mode}")'
 )
 
 
 @contextmanager
-def group_server(spark: Any, tmp_path: Path, mode: str, **settings: Any) -> Iterator[tuple[DorisClient, Any]]:
-    """An in-process server (the session's Spark) with one table `d.t` in `mode`; yields a client and the app."""
+def group_server(
+    spark: Any, tmp_path: Path, mode: str, kind: str = "DUPLICATE", **settings: Any
+) -> Iterator[tuple[DorisClient, Any]]:
+    """An in-process server (the session's Spark) with one table `d.t` of `kind` in `mode`; yields a client and
+    the app."""
     from app.main import create_app
     from app.settings import Settings
 
@@ -33,7 +36,7 @@ def group_server(spark: Any, tmp_path: Path, mode: str, **settings: Any) -> Iter
     with serving(app, settings=config) as (url,):
         doris = DorisClient(url)
         doris.sql("d", "CREATE DATABASE d")
-        doris.sql("d", DDL.format(mode=mode))
+        doris.sql("d", DDL.format(kind=kind, mode=mode))
         yield doris, app
 
 
@@ -57,15 +60,21 @@ def concurrent_loads(doris: DorisClient, bodies: list[str]) -> list[dict[str, An
 
 
 def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path) -> None:
-    # a long interval: every load arrives while the group's first one waits for company
-    with group_server(spark, tmp_path, "sync_mode", group_commit_interval_ms=3000) as (doris, _):
+    # a long interval: every load arrives while the group's first one waits for company; a unique-key table (the
+    # default kind, merge-on-write) has the most to do
+    with group_server(spark, tmp_path, "sync_mode", "UNIQUE", group_commit_interval_ms=3000) as (doris, _):
+        stored = doris.stream_load(
+            "d", "t", "0,stored\n5,stored\n", {"column_separator": ",", "group_commit": "off_mode"}
+        )
+        assert stored.json()["Status"] == "Success", stored.text
         replies = concurrent_loads(doris, [f"{i},v{i}\n{i + 100},w{i}\n" for i in range(8)])
         for body in replies:
             assert_group_reply(body, mode="sync_mode", loaded=2)
         seen = counters(doris)
         assert seen["groups"] == 1 and seen["loads"] == 8, seen
         assert seen["spark_jobs"] == 1, f"a group of 8 loads ran {seen['spark_jobs']} Spark jobs"
-        assert len(doris.rows("d", "SELECT k FROM t")) == 16
+        assert len(doris.rows("d", "SELECT k FROM t")) == 16  # keys 0 and 5 replaced
+        assert doris.rows("d", "SELECT v FROM t WHERE k = 5") == [["v5"]]
 
 
 def test_loads_queued_while_a_group_runs_do_not_wait_the_interval_again(spark: Any, tmp_path: Path) -> None:
