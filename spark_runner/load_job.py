@@ -69,7 +69,7 @@ class JobOutcome:
     counts: LoadCounts
     files: list[str]
     errors: list[str]  # first rejected rows, error-log lines
-    metrics: dict[str, int] | None = None  # the caller's `extra_metrics`, by name
+    metrics: dict[str, Any] | None = None  # the caller's `extra_metrics`, by name (counts, or arrays of counts)
     deletes: list[str] = field(default_factory=list)  # position delete files of the stored rows it supersedes
 
 
@@ -757,7 +757,5 @@ def run_load_job(
     errors: list[str] = []
     if filtered:
         errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
-    extra = {
-        name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
-    }
+    extra = {name: value for name, value in metrics.items() if name not in ("total", "filtered", "unselected")}
     return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)
