@@ -222,6 +222,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         )
         app.state.metrics.watch_rowsets(lambda: rowsets_per_table(services.catalog))
         app.state.metrics.watch_wal(services.group_commit.backlog.size)
+        app.state.metrics.watch_group_commit(services.group_commit.stats)
         app.state.services = services
         mysql = await start_mysql_server(
             services.sql,

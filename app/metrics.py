@@ -2,7 +2,7 @@
 
 The registry belongs to the app (no module-level collectors): loads by status, rows and bytes loaded, the
 load latency histogram, compaction runs (`record_compaction`), rowsets per table, read from the catalog
-at scrape time, and the group-commit WAL backlog (acknowledged async loads not visible yet).
+at scrape time, the group-commit WAL backlog (acknowledged async loads not visible yet) and group-commit counts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
@@ -60,6 +60,27 @@ class WalCollector(Collector):
         yield GaugeMetricFamily("doris_group_commit_wal_bytes", "Bytes of those loads in the WAL", value=size)
 
 
+class GroupCommitCollector(Collector):
+    """`doris_group_commit_*_total`: groups run, loads in them, their Spark jobs, and the async loads' WAL appends
+    and the fsyncs they shared (`spark_runner.group_commit.WalLog`), read on each scrape."""
+
+    HELP = {
+        "groups": "Group-commit groups run (one job and at most one snapshot each)",
+        "loads": "Loads in those groups",
+        "spark_jobs": "Spark jobs the groups ran",
+        "wal_appends": "Async group-commit loads appended to the WAL log",
+        "wal_fsyncs": "fsyncs of the WAL log (each makes every append before it durable)",
+    }
+
+    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        stats = self.stats()
+        for name, text in self.HELP.items():
+            yield CounterMetricFamily(f"doris_group_commit_{name}", text, value=stats.get(name, 0))
+
+
 class LoadMetrics:
     """The server's Prometheus registry and the counters loads and compaction update."""
 
@@ -84,6 +105,9 @@ class LoadMetrics:
 
     def watch_wal(self, size: Callable[[], tuple[int, int]]) -> None:
         self.registry.register(WalCollector(size))
+
+    def watch_group_commit(self, stats: Callable[[], dict[str, int]]) -> None:
+        self.registry.register(GroupCommitCollector(stats))
 
     def observe_load(self, db: str, table: str, result: LoadResult, seconds: float) -> None:
         """Count one finished stream load and log it as one JSON line with its label and txn id."""

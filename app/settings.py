@@ -68,7 +68,9 @@ class Settings(BaseSettings):
         3600.0, description="A two-phase load left PRECOMMITTED this long is aborted (Doris's precommit timeout)."
     )
     group_commit_interval_ms: float = Field(
-        100.0, description="Group commit: how long a group collects loads after its first one arrives."
+        100.0,
+        description="Group commit: how long a group collects loads after its first one arrives at an idle table "
+        "worker; loads that queued while the worker's previous group ran go at once, as does a full group.",
     )
     group_commit_max_loads: int = Field(128, description="Group commit: most loads in one group (one job, one commit).")
     group_commit_max_wal_num_per_table: int = Field(

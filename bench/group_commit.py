@@ -1,11 +1,15 @@
-"""Group commit throughput: concurrent one-row stream loads with and without group commit, and the ratio.
+"""Group commit: one-row stream loads from 1, 4, 16 and 64 concurrent clients, sync_mode and async_mode, and plain
+loads for reference.
 
-    python bench/group_commit.py [--clients 32] [--per-client 50] [--plain-per-client 5]
+    python bench/group_commit.py [--clients 1,4,16,64] [--seconds 6] [--plain-clients 16] [--plain-seconds 6]
 
-Starts a server with `python -m app`, creates two unique-key tables with a sequence column, identical but
-for `"group_commit_mode" = "sync_mode"` on one, and sends one-row CSV loads from concurrent client threads
-(httpx, each load with its own label). The plain run is smaller (plain loads are slow). Every reply must be
-Success and every row must be there; exits non-zero otherwise.
+Starts a server with `python -m app`. Each run gets a fresh unique-key table with a sequence column (the default
+table kind: merge-on-write), `"group_commit_mode"` set to the run's mode, and its clients (httpx threads) send
+one-row CSV loads, each with its own label, for `--seconds`. Printed per run: loads, loads/s as answered, the
+clients' p50 / p99 latency, loads/s until every row is visible (async_mode answers before its rows are; an async
+load past the WAL bound waits for its group, `group_commit_max_wal_num_per_table`), and the Iceberg snapshots the
+run committed per load (the table's last sequence number: snapshots trimmed since still count). Every reply must
+be Success and every row must be there; exits non-zero otherwise.
 """
 
 from __future__ import annotations
@@ -24,82 +28,129 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 from _common import BenchError, Server, banner, create_database, percentile, run_main, running_server, table  # noqa: E402
 
+DB = "bench"
+DDL = (
+    "CREATE TABLE {name} (k BIGINT NOT NULL, seq INT, name VARCHAR(32), amount DECIMAL(12,2)) "
+    'UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 PROPERTIES ("function_column.sequence_col" = "seq"{extra})'
+)
+GOALS = {"sync_mode": "16 clients ≥ 200 loads/s", "async_mode": "16 clients ≥ 1,000 loads/s, p50 ≤ 20 ms"}
 
-def concurrent_loads(server: Server, name: str, clients: int, per_client: int) -> tuple[float, list[float]]:
-    """(loads/s, client latencies in ms) of clients x per_client one-row loads into table `name`."""
+
+def timed_loads(server: Server, name: str, clients: int, seconds: float) -> tuple[int, float, list[float]]:
+    """(loads, seconds, client latencies in ms) of `clients` threads sending one-row loads into `name` for
+    `seconds` each."""
     failures: list[dict[str, Any]] = []
     lock = threading.Lock()
+    start = time.perf_counter()
+    stop = start + seconds
 
     def client_job(c: int) -> list[float]:
         out = []
         with httpx.Client() as client:
-            for j in range(per_client):
-                i = c * per_client + j
-                started = time.perf_counter()
+            i = c * 1_000_000
+            while time.perf_counter() < stop:
+                began = time.perf_counter()
                 reply = server.load(client, name, f"{i},{i},name{i},{i}.00\n".encode(), f"{name}_{i}")
-                out.append((time.perf_counter() - started) * 1000)
+                out.append((time.perf_counter() - began) * 1000)
                 if reply.get("Status") != "Success" or reply.get("NumberLoadedRows") != 1:
                     with lock:
                         failures.append(reply)
+                i += 1
         return out
 
-    started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         latencies = [ms for chunk in pool.map(client_job, range(clients)) for ms in chunk]
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - start
     if failures:
         raise BenchError(f"{len(failures)} load(s) into {name} not Success, first: {json.dumps(failures[0])}")
-    count = server.sql(f"SELECT count(*) FROM {name}")["data"][0][0]
-    if count != clients * per_client:
-        raise BenchError(f"SELECT count(*) FROM {name} = {count}, expected {clients * per_client}")
-    return clients * per_client / wall, latencies
+    return len(latencies), wall, latencies
+
+
+def wait_visible(server: Server, name: str, loads: int, started: float, timeout: float = 300) -> float:
+    """Seconds from `started` until the table holds `loads` rows."""
+    deadline = time.perf_counter() + timeout
+    while (count := server.sql(f"SELECT count(*) FROM {name}")["data"][0][0]) != loads:
+        if count > loads or time.perf_counter() > deadline:
+            raise BenchError(f"SELECT count(*) FROM {name} = {count}, expected {loads}")
+        time.sleep(0.05)
+    return time.perf_counter() - started
+
+
+def commits(data_dir: Path, name: str) -> int:
+    """Snapshots committed to the table since it was created (its last sequence number), read from the catalog."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(
+        "default", uri=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}"
+    )
+    return int(catalog.load_table((DB, name)).metadata.last_sequence_number)
+
+
+def run(server: Server, mode: str, clients: int, seconds: float, name: str | None = None) -> list[Any]:
+    name = name or f"{mode.split('_')[0]}_{clients}"
+    extra = "" if mode == "plain" else f', "group_commit_mode" = "{mode}"'
+    server.sql(DDL.format(name=name, extra=extra))
+    before = commits(server.data_dir, name)
+    started = time.perf_counter()
+    loads, wall, latencies = timed_loads(server, name, clients, seconds)
+    visible = wait_visible(server, name, loads, started)
+    snapshots = commits(server.data_dir, name) - before
+    row = [mode, clients, loads, loads / wall, percentile(latencies, 50), percentile(latencies, 99)]
+    row += [loads / visible, snapshots, snapshots / loads]
+    print(f"   {mode} x {clients}: {loads} loads, {loads / wall:.1f}/s", flush=True)
+    return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=32, help="concurrent client threads (default 32)")
-    parser.add_argument("--per-client", type=int, default=50, help="group-commit loads per client (default 50)")
-    parser.add_argument("--plain-per-client", type=int, default=5, help="plain loads per client (default 5)")
+    parser.add_argument("--clients", default="1,4,16,64", help="client counts of the group-commit runs")
+    parser.add_argument("--seconds", type=float, default=6.0, help="how long each run sends loads (default 6)")
+    parser.add_argument("--plain-clients", type=int, default=16, help="clients of the plain reference run")
+    parser.add_argument("--plain-seconds", type=float, default=6.0, help="how long the plain run sends loads")
     parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
     args = parser.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
     banner(
         "group commit",
         f"""
-One-row CSV stream loads from {args.clients} concurrent clients: {args.plain_per_client} each into a plain table,
-then {args.per_client} each into the same table with "group_commit_mode" = "sync_mode" (replies after visible).
+One-row CSV stream loads into unique-key (merge-on-write) tables with a sequence column, a fresh table per run:
+sync_mode and async_mode from {", ".join(map(str, counts))} concurrent clients for {args.seconds:g} s each, then
+plain loads from {args.plain_clients} clients for {args.plain_seconds:g} s (reference).
+Goals (issue 19): {"; ".join(f"{m}: {g}" for m, g in GOALS.items())}.
 """,
     )
     rows: list[list[Any]] = []
     with running_server(spark_master=args.spark_master, keep=args.keep) as server:
         create_database(server)
-        ddl = (
-            "CREATE TABLE {name} (k BIGINT NOT NULL, seq INT, name VARCHAR(32), amount DECIMAL(12,2)) "
-            'UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 PROPERTIES ("function_column.sequence_col" = "seq"{extra})'
-        )
-        server.sql(ddl.format(name="plain", extra=""))
-        server.sql(ddl.format(name="grouped", extra=', "group_commit_mode" = "sync_mode"'))
-        results = {}
-        for name, per_client in (("plain", args.plain_per_client), ("grouped", args.per_client)):
-            rate, lat = concurrent_loads(server, name, args.clients, per_client)
-            results[name] = rate
-            rows.append([name, args.clients * per_client, rate, percentile(lat, 50), percentile(lat, 99)])
+        run(server, "sync_mode", 1, 1.0, name="warm_up")  # warm-up: the first loads compile Spark's code
+        for mode in ("sync_mode", "async_mode"):
+            for clients in counts:
+                rows.append(run(server, mode, clients, args.seconds))
+        rows.append(run(server, "plain", args.plain_clients, args.plain_seconds))
+        metrics = httpx.get(f"{server.base_url}/metrics").text
     print()
-    print(table(["table", "loads", "loads/s", "p50 ms", "p99 ms"], rows))
-    ratio = results["grouped"] / results["plain"]
-    print(f"\n   group commit / plain: {ratio:.1f}x loads/s")
+    headers = ["mode", "clients", "loads", "loads/s", "p50 ms", "p99 ms", "visible/s", "snapshots", "snaps/load"]
+    print(table(headers, rows))
+    counters = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("doris_group_commit_") and "_total " in line
+    }
+    groups = counters.get("doris_group_commit_groups_total", 0)
+    if groups:
+        jobs = counters.get("doris_group_commit_spark_jobs_total", 0)
+        loads = counters.get("doris_group_commit_loads_total", 0)
+        print(f"\n   groups: {groups:.0f}, {loads / groups:.1f} loads and {jobs / groups:.2f} Spark jobs per group")
+    appends = counters.get("doris_group_commit_wal_appends_total", 0)
+    if appends:
+        fsyncs = counters.get("doris_group_commit_wal_fsyncs_total", 0)
+        shared = appends / max(fsyncs, 1)
+        print(f"   WAL: {appends:.0f} async appends, {fsyncs:.0f} fsyncs ({shared:.1f} appends per fsync)")
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "bench": "group_commit",
-                    "plain_loads_s": results["plain"],
-                    "grouped_loads_s": results["grouped"],
-                    "ratio": ratio,
-                }
-            )
-        )
+        keys = ["mode", "clients", "loads", "loads_s", "p50_ms", "p99_ms", "visible_s", "snapshots", "per_load"]
+        print(json.dumps({"bench": "group_commit", "runs": [dict(zip(keys, r, strict=True)) for r in rows]}))
     return 0
 
 

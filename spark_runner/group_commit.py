@@ -3,18 +3,22 @@
     stream load (group_commit header, or the table's `group_commit_mode` property)
         │ prepared (own txn id and label, claimed as usual: a duplicate label is refused there)
         ▼
-    GroupCommitter.run ── async_mode: payload hard-linked into wal/, fsynced, reply at once
+    GroupCommitter.run ── async_mode: request and payload appended to the WAL log (`WalLog`), reply once
+        │                  an fsync covers the append (concurrent loads share it)
         │                  sync_mode:  wait for the group's commit, reply after it is visible
         ▼
-    one worker per (table, load shape): waits `group_commit_interval_ms` after a group's first load,
-    then one job over every payload of the group (rows ordered by (load, line), so a later load wins a
-    tie as if the loads had been committed one by one), counts per load from the same Spark action,
-    loads over `max_filter_ratio` dropped and the job rerun without them, one snapshot for the rest.
+    one worker per (table, load shape): an idle worker waits `group_commit_interval_ms` after a group's
+    first load; loads that queued while its previous group ran go at once, as does a full group; then one
+    Spark job over one source of every payload of the group (`group_source`: small CSV bodies split by the
+    server into one inline relation, else one scan of the group's directory; rows ordered by (load, line),
+    so a later load wins a tie as if the loads had been committed one by one), counts per load from the
+    same Spark action, loads over `max_filter_ratio` dropped and the job rerun without them, one snapshot
+    (and one transaction-store write making every member VISIBLE) for the rest.
 
 The group has a transaction of its own (label `group_commit_<hex>`, as Doris names it); the snapshot
-lists every member, so start-up recovery finds them. Start-up replays async payloads still in wal/ at group
-speed: every entry is planned first (its table loaded once), then handed to its worker at once, so they form
-groups of up to `group_commit_max_loads` as live loads do.
+lists every member, so start-up recovery finds them. Start-up writes the log's owed records back as wal/ files
+and replays async payloads in wal/ at group speed: every entry is planned first (its table loaded once), then
+handed to its worker at once, so they form groups of up to `group_commit_max_loads` as live loads do.
 
 The WAL is bounded (`WalBacklog`): at most `group_commit_max_wal_num_per_table` acknowledged async loads of a
 table and `group_commit_wal_max_disk_limit` bytes in all wait there to become visible. An async load past either
@@ -36,24 +40,29 @@ import logging
 import os
 import queue
 import shutil
+import struct
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyiceberg.table import Table
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, prepare_rows
+from spark_runner import arrow_csv, small_rowset
+from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, inline_fields, prepare_rows
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
 from tables.catalog import TableHandle
 from tables.commit import table_identity
+from tables.csv_dialect import CsvDialect, CsvPath
 from tables.errors import (
     DatabaseNotFound,
     DataQualityError,
@@ -65,7 +74,7 @@ from tables.errors import (
     TxnAborted,
 )
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
-from tables.transactions import ABORTED, PREPARE
+from tables.transactions import ABORTED, PREPARE, Txn
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +173,132 @@ class WalBacklog:
             return len(self._entries), self._bytes
 
 
+class WalLog:
+    """The durable copy of small async payloads: records appended to one log file, synced by group fsync.
+
+    A load appends its record (its request and payload) and waits until an `fdatasync` that started after
+    its append returns. One sync runs at a time; loads that append while it runs are synced together by the
+    next one (a database's group commit of its log), so N concurrent acknowledgements cost about one fsync,
+    not three each (payload, request, directory). A record is `RECORD` (magic, txn id, lengths, CRC-32 of
+    the rest) then the request JSON then the payload; a torn or damaged tail (a crash mid-append: that load was
+    never acknowledged) ends a segment's reading.
+
+    Segments are `log_<n>.wal`; a new one starts past `SEGMENT_BYTES`, and a segment goes once none of its
+    records is owed any more (`release`). At start-up `recover` writes every record back as the
+    `txn_<id>.dat` / `.json` pair that the replay reads; the segment stays until those loads are released.
+    """
+
+    RECORD = struct.Struct("<4sqIII")
+    MAGIC = b"GCW1"
+    SEGMENT_BYTES = 4 * 1024 * 1024
+    MAX_PAYLOAD = 1024 * 1024  # larger payloads keep a file of their own (fsynced alone): copying costs more
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.fsyncs = 0  # syncs of the log (each may cover many appends)
+        self.appends = 0
+        self._lock = threading.Lock()  # appends, segments, owed records
+        self._sync_lock = threading.Lock()  # one sync at a time
+        self._fd: int | None = None
+        self._retired: list[int] = []  # full segments' descriptors, closed by the sync after their last append
+        self._number = max((_segment_number(p) for p in directory.glob("log_*.wal")), default=0)
+        self._size = 0
+        self._written = 0  # appends so far (the current segment's not synced yet past `_synced`)
+        self._synced = 0
+        self._segment_of: dict[int, int] = {}  # txn id -> segment number
+        self._owed: Counter[int] = Counter()  # segment number -> records not released
+
+    def append(self, txn_id: int, meta: bytes, payload: bytes) -> None:
+        """Append one record and return once it is durable."""
+        body = meta + payload
+        record = self.RECORD.pack(self.MAGIC, txn_id, len(meta), len(payload), zlib.crc32(body))
+        with self._lock:
+            _write_all(self._current(), record + body)
+            self._size += self.RECORD.size + len(body)
+            self._segment_of[txn_id] = self._number
+            self._owed[self._number] += 1
+            self._written += 1
+            self.appends += 1
+            mine = self._written
+        with self._sync_lock:
+            if self._synced >= mine:  # synced by the sync this load waited behind
+                return
+            with self._lock:
+                retired, current, target = self._retired, self._fd, self._written
+                self._retired = []
+            assert current is not None, "a segment is open once a record was appended"
+            for each in retired:  # full segments' last records
+                os.fdatasync(each)
+                os.close(each)
+            os.fdatasync(current)
+            self.fsyncs += 1
+            self._synced = target
+
+    def _current(self) -> int:
+        """The segment appends go to (under `_lock`); a full one is retired: the next sync syncs and closes it."""
+        if self._fd is not None and self._size < self.SEGMENT_BYTES:
+            return self._fd
+        if self._fd is not None:
+            self._retired.append(self._fd)
+            if not self._owed[self._number]:
+                self._segment(self._number).unlink(missing_ok=True)
+        self._number += 1
+        self._fd = os.open(self._segment(self._number), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o644)
+        self._size = 0
+        _fsync(self.directory)  # the new segment's name is durable before a record in it is acknowledged
+        return self._fd
+
+    def release(self, txn_id: int) -> None:
+        """The load's record is not owed any more; its segment goes with its last owed record (unless appends
+        still go to it)."""
+        with self._lock:
+            number = self._segment_of.pop(txn_id, None)
+            if number is None:
+                return
+            self._owed[number] -= 1
+            if not self._owed[number]:
+                del self._owed[number]
+                if number != self._number or self._fd is None:
+                    self._segment(number).unlink(missing_ok=True)
+
+    def recover(self, write: Callable[[int, bytes, bytes], bool]) -> int:
+        """At start-up, before any append: hand every record of every segment to `write` (txn id, request JSON,
+        payload), which says whether the load is still owed; returns how many are."""
+        found = 0
+        for path in sorted(self.directory.glob("log_*.wal"), key=_segment_number):
+            number = _segment_number(path)
+            data = path.read_bytes()
+            at = 0
+            while at + self.RECORD.size <= len(data):
+                magic, txn_id, meta_len, payload_len, crc = self.RECORD.unpack_from(data, at)
+                start = at + self.RECORD.size
+                end = start + meta_len + payload_len
+                if magic != self.MAGIC or end > len(data) or zlib.crc32(data[start:end]) != crc:
+                    log.warning("WAL segment %s: damaged or torn record at byte %d, the rest ignored", path.name, at)
+                    break
+                if write(txn_id, data[start : start + meta_len], data[start + meta_len : end]):
+                    self._segment_of[txn_id] = number
+                    self._owed[number] += 1
+                    found += 1
+                at = end
+            if not self._owed[number]:
+                path.unlink(missing_ok=True)
+        return found
+
+    def _segment(self, number: int) -> Path:
+        return self.directory / f"log_{number:08d}.wal"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _segment_number(path: Path) -> int:
+    return int(path.stem[4:])
+
+
 def _table_key(prepared: PreparedLoad) -> tuple[str, str]:
     return prepared.request.db.lower(), prepared.plan.table.name.lower()
 
@@ -186,24 +321,16 @@ class _Worker:
     def __init__(self, owner: GroupCommitter, name: str, first: Iterable[_Member] = ()) -> None:
         self.owner = owner
         self.items: queue.Queue[_Member] = queue.Queue()
+        self.replayed = bool(first)
         for member in first:  # queued before the thread starts: they are there when its first group forms
             self.items.put(member)
         self.thread = threading.Thread(target=self._loop, name=f"group-commit-{name}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
+        queued = self.replayed  # loads were waiting when the previous group ended (or when it started)
         while True:
-            first = self.items.get()
-            batch = [first]
-            deadline = time.monotonic() + self.owner.interval_s
-            while len(batch) < self.owner.max_loads:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(self.items.get(timeout=remaining))
-                except queue.Empty:
-                    break
+            batch = self._collect(queued)
             run = _GroupRun()
             thread = threading.Thread(
                 target=self._commit, args=(batch, run), name=f"{self.thread.name}-job", daemon=True
@@ -211,6 +338,21 @@ class _Worker:
             thread.start()
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
+            queued = not self.items.empty()
+
+    def _collect(self, queued: bool) -> list[_Member]:
+        """The next group. The first load of an idle worker waits up to the interval for company (Doris's
+        `group_commit_interval_ms`); loads that queued while the previous group ran have waited already: they
+        go at once, with whatever else is queued. A full group (`max_loads`) goes at once either way."""
+        batch = [self.items.get()]
+        deadline = time.monotonic() + (0.0 if queued else self.owner.interval_s)
+        while len(batch) < self.owner.max_loads:
+            remaining = deadline - time.monotonic()
+            try:
+                batch.append(self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait())
+            except queue.Empty:
+                break
+        return batch
 
     def _commit(self, batch: list[_Member], run: _GroupRun) -> None:
         """One group, on a thread of its own: the worker waits for it only until the group's deadline."""
@@ -274,9 +416,11 @@ class GroupCommitter:
         self.wal_dir.mkdir(parents=True, exist_ok=True)
         max_bytes = wal_disk_limit(wal_max_disk_limit, shutil.disk_usage(self.wal_dir).free)
         self.backlog = WalBacklog(max_loads_per_table=wal_max_loads_per_table, max_bytes=max_bytes)
+        self.log = WalLog(self.wal_dir)
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
         self._workers: dict[tuple[str, str, str], _Worker] = {}
+        self.counters: Counter[str] = Counter({"groups": 0, "loads": 0, "spark_jobs": 0})
         self._guard = threading.Lock()
 
     # -- entry point ----------------------------------------------------------------------
@@ -330,24 +474,46 @@ class GroupCommitter:
 
     # -- write-ahead files ----------------------------------------------------------------
     def _write_wal(self, prepared: PreparedLoad, path: Path, load_bytes: int) -> Path:
-        """The payload and its request, durable before the load is acknowledged."""
+        """The payload and its request, durable before the load is acknowledged: a small payload as a record of
+        the log (`WalLog`, its fsync shared with concurrent loads), a large one as files of its own. Returns the
+        payload's file in wal/, which the group reads."""
         wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
         os.link(path, wal)
-        meta = self.wal_dir / f"txn_{prepared.txn_id}.json"
-        tmp = meta.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"request": prepared.request.model_dump(mode="json"), "load_bytes": load_bytes}))
+        meta = _wal_meta(prepared.request, load_bytes)
+        if load_bytes <= WalLog.MAX_PAYLOAD:
+            try:
+                self.log.append(prepared.txn_id, meta, wal.read_bytes())
+            except BaseException:  # not acknowledged: not owed (a record that did reach the disk is replayed)
+                self.log.release(prepared.txn_id)
+                wal.unlink(missing_ok=True)
+                raise
+            return wal
+        tmp = self.wal_dir / f"txn_{prepared.txn_id}.tmp"
+        tmp.write_bytes(meta)
         for name in (wal, tmp):
             _fsync(name)
-        os.replace(tmp, meta)
+        os.replace(tmp, tmp.with_suffix(".json"))
         _fsync(self.wal_dir)
         return wal
+
+    def _restore_wal(self, txn_id: int, meta: bytes, payload: bytes) -> bool:
+        """A record of the log still owed written back as the files the replay reads (the log stays the durable
+        copy); False for a load committed or aborted since."""
+        if not _owed(self.loads.txns.get(txn_id)):
+            return False
+        for suffix, data in ((".dat", payload), (".json", meta)):
+            tmp = self.wal_dir / f"txn_{txn_id}{suffix}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, tmp.with_suffix(""))
+        return True
 
     def _drop_wal(self, txn_id: int) -> None:
         for suffix in (".dat", ".json"):
             (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
+        self.log.release(txn_id)
         self.backlog.release(txn_id)
 
-    def _park_wal(self, txn_id: int, attempts: int) -> None:
+    def _park_wal(self, txn_id: int, attempts: int, request: LoadRequest | None = None, load_bytes: int = 0) -> None:
         """Give up on an async load after `retry_num` failed replays: its WAL entry is kept in wal/tmp/ for
         an operator (Doris's BE renames it to its tmp dir the same way), the load aborted."""
         parked = self.wal_dir / "tmp"
@@ -356,6 +522,9 @@ class GroupCommitter:
             source = self.wal_dir / f"txn_{txn_id}{suffix}"
             if source.exists():
                 os.replace(source, parked / source.name)
+        if request is not None and not (parked / f"txn_{txn_id}.json").exists():  # a record of the log
+            (parked / f"txn_{txn_id}.json").write_bytes(_wal_meta(request, load_bytes))
+        self.log.release(txn_id)
         self.backlog.release(txn_id)
         reason = f"group commit replay failed {attempts} times; its WAL entry is kept in {parked}"
         self.loads.writer.abort(txn_id, reason)
@@ -368,6 +537,10 @@ class GroupCommitter:
         """
         members: list[_Member] = []
         handles: dict[tuple[str, str, str], TableHandle] = {}
+        self.log.recover(self._restore_wal)
+        for orphan in self.wal_dir.glob("txn_*.dat"):  # a payload whose record never became durable
+            if not orphan.with_suffix(".json").exists():
+                orphan.unlink(missing_ok=True)
         for meta in sorted(self.wal_dir.glob("txn_*.json"), key=lambda p: int(p.stem[4:])):
             txn_id = int(meta.stem[4:])
             payload = meta.with_suffix(".dat")
@@ -395,8 +568,7 @@ class GroupCommitter:
         `handles` keeps each table loaded once over a replay of many loads.
         """
         txn = self.loads.txns.get(txn_id)
-        # start-up recovery aborts a load without a snapshot and without a reason: that one is still owed
-        if txn is None or not (txn.state == PREPARE or (txn.state == ABORTED and txn.reason is None)):
+        if txn is None or not _owed(txn):
             return None
         try:
             key = (request.db, request.table, _shape(request))  # one worker's loads: its groups run in turn
@@ -424,7 +596,7 @@ class GroupCommitter:
         (a payload that breaks its job delays no other load), after a delay that doubles per failure."""
         member.attempts += 1
         if member.attempts > self.retry_num:
-            self._park_wal(member.prepared.txn_id, member.attempts - 1)
+            self._park_wal(member.prepared.txn_id, member.attempts - 1, member.prepared.request, member.load_bytes)
             return
         delay = min(self.retry_interval_s * 2 ** (member.attempts - 1), MAX_RETRY_INTERVAL_S)
         txn_id = member.prepared.txn_id
@@ -464,6 +636,8 @@ class GroupCommitter:
             member.index = index
             os.link(member.path, directory / f"{index:06d}.dat")
         load_bytes = sum(m.load_bytes for m in batch)
+        context = self.loads.spark.sparkContext
+        job_group = f"group_commit_{group_txn}"
         started = time.monotonic()
         failed: dict[int, LoadResult] = {}
         retry: set[int] = set()
@@ -482,21 +656,23 @@ class GroupCommitter:
                 self.loads.writer.pauses.hit("job", first.plan.table.name)
                 failed |= self._refuse_stale(batch, rowset.table_uuid)
                 spark = self.loads.session_for(req)
-                source = _indexed(staged_source(spark, directory, first))
+                context.setJobGroup(job_group, f"group commit of {len(batch)} loads", interruptOnCancel=True)
+                source = group_source(spark, directory, batch, first)
+                small = small_rowset.is_small(source)
                 while True:
                     kept = [i for i in range(len(batch)) if i not in failed]
                     if not kept:
                         break
-                    frame = source if not failed else source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(kept)})"))
+                    frame = source if not failed else _only(source, kept)
                     outcome = run_rowset(
                         spark,
                         frame,
                         first.plan,
                         rowset,
                         load_bytes=load_bytes,
-                        extra_metrics=_per_load_metrics(len(batch)),
+                        extra_metrics=_per_load_metrics(len(batch), small),
                     )
-                    per_load = _counts(outcome, len(batch))
+                    per_load = _counts(outcome, len(batch), small)
                     newly = [i for i in kept if _too_many_filtered(per_load[i], req.max_filter_ratio)]
                     if not newly:
                         break
@@ -521,6 +697,7 @@ class GroupCommitter:
                 failed[i] = self._result(member, error=error)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+            self._count_group(len(batch), context, job_group)
         commit_ms = int((time.monotonic() - started) * 1000)
         with run.lock:
             if run.abandoned:  # past its deadline: the worker aborted the group and answered its members
@@ -542,6 +719,24 @@ class GroupCommitter:
             self._drop_wal(member.prepared.txn_id)
             member.path.unlink(missing_ok=True)
             member.future.set_result(result)
+
+    def _count_group(self, loads: int, context: SparkContext, job_group: str) -> None:
+        """Count a group, its loads and its Spark jobs (those of its job group: the job, and an error log's)."""
+        try:
+            jobs = len(context.statusTracker().getJobIdsForGroup(job_group))
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        except Exception:  # the JVM went away under the group: its failure is reported elsewhere
+            jobs = 0
+        with self._guard:
+            self.counters["groups"] += 1
+            self.counters["loads"] += loads
+            self.counters["spark_jobs"] += jobs
+
+    def stats(self) -> dict[str, int]:
+        """Counts since start: groups run, loads in them, their Spark jobs, WAL appends and the fsyncs they took."""
+        with self._guard:
+            out = dict(self.counters)
+        return out | {"wal_appends": self.log.appends, "wal_fsyncs": self.log.fsyncs}
 
     def abandon_group(self, batch: list[_Member], run: _GroupRun) -> None:
         """The group outlived its deadline (a Spark call that never returns): abort its transaction, which gives
@@ -673,6 +868,50 @@ def _same_table(handle: TableHandle) -> TableHandle:
     return TableHandle(definition=handle.definition, iceberg=copy)
 
 
+def group_source(spark: SparkSession, directory: Path, batch: list[_Member], first: PreparedLoad) -> DataFrame:
+    """The group's rows as one source, each row's position prefixed with its load's index (rows ordered by
+    (load, line)): CSV bodies small together are split by the server and handed to Spark as one `VALUES`
+    relation (no scan at all, and a small rowset is written from the job's result, as a small plain load's);
+    other groups are one Spark scan over the group's directory, the load's index read from each file's name."""
+    inline = _inline_group(spark, batch, first)
+    return inline if inline is not None else _indexed(staged_source(spark, directory, first))
+
+
+def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad) -> DataFrame | None:
+    """Every member's CSV lines split (`arrow_csv`) into one inline source, or None when the group is over the
+    inline bands of its load shape (`CsvDialect.path_for`, on the group's bytes and lines) or a body needs
+    Spark's text path."""
+    import pyarrow as pa
+
+    plan = first.plan
+    if plan.request.format != "csv":
+        return None
+    dialect = CsvDialect.of(plan.request, len(plan.source_fields))
+    if dialect.path_for(sum(m.load_bytes for m in batch)) is not CsvPath.INLINE:
+        return None
+    segments: list[pa.Array] = []
+    positions: list[int] = []
+    for index, member in enumerate(batch):
+        try:
+            lines = list(arrow_csv.body_lines(member.path, dialect))
+        except arrow_csv.GeneralPath:
+            return None
+        count = sum(len(piece) for piece in lines)
+        positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
+        segments += lines
+        if len(positions) > dialect.inline_max_lines:
+            return None
+    if not positions:  # an inline relation needs a row
+        return None
+    return inline_fields(spark, arrow_csv.split_lines(pa.concat_arrays(segments), dialect), dialect, positions)
+
+
+def _only(source: DataFrame, loads: list[int]) -> DataFrame:
+    """The rows of the given loads of the group (a small source stays small)."""
+    frame = source.where(F.expr(f"({POS} >> {LOAD_SHIFT}) IN ({_in(loads)})"))
+    return small_rowset.mark_small(frame) if small_rowset.is_small(source) else frame
+
+
 def _indexed(frame: DataFrame) -> DataFrame:
     """Prefix each row's position with its load's index (from the payload's file name `NNNNNN.dat`)."""
     load = "CAST(regexp_extract(input_file_name(), '([0-9]+)\\\\.dat$', 1) AS BIGINT)"
@@ -680,27 +919,34 @@ def _indexed(frame: DataFrame) -> DataFrame:
     return frame.selectExpr(f"({load} << {LOAD_SHIFT}) + {POS} AS {POS}", *columns)
 
 
-def _per_load_metrics(loads: int) -> tuple[Column, ...]:
-    out: list[Column] = []
-    for i in range(loads):
-        mine = f"({POS} >> {LOAD_SHIFT}) = {i}"
-        out += [
-            F.expr(f"count_if({mine})").alias(f"t{i}"),
-            F.expr(f"count_if({mine} AND {REASON} IS NOT NULL)").alias(f"f{i}"),
-            F.expr(f"count_if({mine} AND {UNSELECTED})").alias(f"u{i}"),
-        ]
-    return tuple(out)
+def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
+    """Rows, filtered rows and unselected rows of each load of the group, from the group job's one action.
+
+    A small (inline) source's rows are few: each kind is the list of its rows' loads (three aggregates). Other
+    groups count each kind in an array indexed by load: 3 x loads aggregates, whose evaluation costs the
+    group's job about a second for 16 loads on 2 cores, and seconds for 128.
+    """
+    load = f"shiftright({POS}, {LOAD_SHIFT})"
+    kinds = {"t": "true", "f": f"{REASON} IS NOT NULL", "u": UNSELECTED}
+    if small:
+        return tuple(F.expr(f"collect_list(CASE WHEN {cond} THEN {load} END)").alias(k) for k, cond in kinds.items())
+    return tuple(
+        F.expr("array(" + ", ".join(f"count_if({load} = {i} AND {cond})" for i in range(loads)) + ")").alias(k)
+        for k, cond in kinds.items()
+    )
 
 
-def _counts(outcome: JobOutcome, loads: int) -> list[LoadCounts]:
+def _counts(outcome: JobOutcome, loads: int, small: bool) -> list[LoadCounts]:
     metrics = outcome.metrics or {}
-    out = []
-    for i in range(loads):
-        total, filtered, unselected = metrics.get(f"t{i}", 0), metrics.get(f"f{i}", 0), metrics.get(f"u{i}", 0)
-        out.append(
-            LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
-        )
-    return out
+    if small:  # the loads of the rows of each kind
+        per_kind = [Counter(metrics.get(kind) or []) for kind in ("t", "f", "u")]
+        kinds = [[counts[i] for i in range(loads)] for counts in per_kind]
+    else:
+        kinds = [[int(c or 0) for c in metrics.get(kind) or [0] * loads] for kind in ("t", "f", "u")]
+    return [
+        LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
+        for total, filtered, unselected in zip(*kinds, strict=True)
+    ]
 
 
 def _too_many_filtered(counts: LoadCounts, ratio: float) -> bool:
@@ -719,6 +965,17 @@ def _count_rows(path: Path, request: LoadRequest) -> int:
     data = path.read_bytes().decode(errors="replace")
     lines = [line for line in data.split(request.line_delimiter) if line.strip()]
     return max(0, len(lines) - request.skip_lines)
+
+
+def _owed(txn: Txn | None) -> bool:
+    """An acknowledged async load is still owed: not committed, not aborted on purpose (start-up recovery aborts a
+    load without a snapshot and without a reason: that one is owed)."""
+    return txn is not None and (txn.state == PREPARE or (txn.state == ABORTED and txn.reason is None))
+
+
+def _wal_meta(request: LoadRequest, load_bytes: int) -> bytes:
+    """A WAL entry's request: what the replay plans the load from."""
+    return json.dumps({"request": request.model_dump(mode="json"), "load_bytes": load_bytes}).encode()
 
 
 def _fsync(path: Path) -> None:

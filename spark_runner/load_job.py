@@ -12,10 +12,10 @@ observed metrics are the load's counts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -52,6 +52,9 @@ from tables.partitions import NO_PARTITION
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 POS = "__pos"
 LINE = "__line"
 NCOLS = "__ncols"
@@ -73,7 +76,7 @@ class JobOutcome:
     counts: LoadCounts
     files: list[str]
     errors: list[str]  # first rejected rows, error-log lines
-    metrics: dict[str, int] | None = None  # the caller's `extra_metrics`, by name
+    metrics: dict[str, Any] | None = None  # the caller's `extra_metrics`, by name (counts, or arrays of counts)
     deletes: list[str] = field(default_factory=list)  # position delete files of the stored rows it supersedes
 
 
@@ -152,8 +155,16 @@ def _inline_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> Data
     split = arrow_csv.split_small(path, dialect)
     if split is None:
         return None
+    return inline_fields(spark, split, dialect)
+
+
+def inline_fields(
+    spark: SparkSession, split: pa.Table, dialect: CsvDialect, positions: Sequence[int] | None = None
+) -> DataFrame:
+    """Fields split by the server (`arrow_csv`) as one small `VALUES` source, row `i` at `positions[i]` (else
+    `i`): several bodies' lines in one relation (a group commit's) keep their own order."""
     rows = []
-    for pos, row in enumerate(split.to_pylist()):
+    for pos, row in zip(positions if positions is not None else range(split.num_rows), split.to_pylist(), strict=True):
         values = [f"{pos}L"]
         for name, value in row.items():
             if value is None:
@@ -755,7 +766,5 @@ def run_load_job(
     errors: list[str] = []
     if filtered:
         errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
-    extra = {
-        name: int(value or 0) for name, value in metrics.items() if name not in ("total", "filtered", "unselected")
-    }
+    extra = {name: value for name, value in metrics.items() if name not in ("total", "filtered", "unselected")}
     return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)

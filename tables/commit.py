@@ -263,8 +263,7 @@ class TableWriter:
                     _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
                     self.pauses.hit("after_commit", handle.definition.name)
-                for member in (txn_id, *pending.group):
-                    self._txns.set_state(member, VISIBLE)
+                self._txns.set_states((txn_id, *pending.group), VISIBLE)  # one write for a group's loads
                 if pending.files:
                     self._trim_snapshots(handle, turnstile)
         except BaseException:

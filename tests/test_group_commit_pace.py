@@ -1,0 +1,158 @@
+"""Group commit at service pace: a group's loads are one Spark job, a worker whose loads queued while its
+last group ran starts the next group at once (no second interval), and concurrent async acknowledgements share
+the WAL's fsyncs (`WalLog`, a log's group commit)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import DorisClient, serving
+from tests.test_group_commit import assert_group_reply
+
+DDL = (
+    "CREATE TABLE t (k INT NOT NULL, v VARCHAR(16)) {kind} KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
+    ' PROPERTIES ("group_commit_mode" = "{mode}")'
+)
+
+
+@contextmanager
+def group_server(
+    spark: Any, tmp_path: Path, mode: str, kind: str = "DUPLICATE", **settings: Any
+) -> Iterator[tuple[DorisClient, Any]]:
+    """An in-process server (the session's Spark) with one table `d.t` of `kind` in `mode`; yields a client and
+    the app."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    config = Settings(data_dir=tmp_path, mysql_port=0, compaction_interval_seconds=0, **settings)
+    app = create_app(config, spark=spark)
+    with serving(app, settings=config) as (url,):
+        doris = DorisClient(url)
+        doris.sql("d", "CREATE DATABASE d")
+        doris.sql("d", DDL.format(kind=kind, mode=mode))
+        yield doris, app
+
+
+def counters(doris: DorisClient) -> dict[str, int]:
+    """The server's `doris_group_commit_*_total` counters (GET /metrics), by name."""
+    text = doris.http.get("/metrics").text
+    return {m[0]: int(float(m[1])) for m in re.findall(r"^doris_group_commit_(\w+)_total (\S+)$", text, re.MULTILINE)}
+
+
+def concurrent_loads(doris: DorisClient, bodies: list[str]) -> list[dict[str, Any]]:
+    """One stream load per body, all sent at once."""
+    barrier = threading.Barrier(len(bodies))
+
+    def load(i: int) -> dict[str, Any]:
+        barrier.wait()
+        headers = {"column_separator": ",", "label": f"load_{i}"}
+        return dict(doris.stream_load("d", "t", bodies[i], headers).json())
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(load, range(len(bodies))))
+
+
+def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path) -> None:
+    # a long interval: every load arrives while the group's first one waits for company; a unique-key table (the
+    # default kind, merge-on-write) has the most to do
+    with group_server(spark, tmp_path, "sync_mode", "UNIQUE", group_commit_interval_ms=3000) as (doris, _):
+        stored = doris.stream_load(
+            "d", "t", "0,stored\n5,stored\n", {"column_separator": ",", "group_commit": "off_mode"}
+        )
+        assert stored.json()["Status"] == "Success", stored.text
+        replies = concurrent_loads(doris, [f"{i},v{i}\n{i + 100},w{i}\n" for i in range(8)])
+        for body in replies:
+            assert_group_reply(body, mode="sync_mode", loaded=2)
+        seen = counters(doris)
+        assert seen["groups"] == 1 and seen["loads"] == 8, seen
+        assert seen["spark_jobs"] == 1, f"a group of 8 loads ran {seen['spark_jobs']} Spark jobs"
+        assert len(doris.rows("d", "SELECT k FROM t")) == 16  # keys 0 and 5 replaced
+        assert doris.rows("d", "SELECT v FROM t WHERE k = 5") == [["v5"]]
+
+
+def test_loads_queued_while_a_group_runs_do_not_wait_the_interval_again(spark: Any, tmp_path: Path) -> None:
+    interval = 8.0
+    # groups of two: the first closes as soon as its second load comes, the third load waits alone
+    settings = {"group_commit_interval_ms": interval * 1000, "group_commit_max_loads": 2}
+    with group_server(spark, tmp_path, "sync_mode", **settings) as (doris, app):
+        big = "".join(f"{k},big\n" for k in range(200_000))  # the first group's job lasts a while
+        with ThreadPoolExecutor(3) as pool:
+            first = [
+                pool.submit(lambda body=body: doris.stream_load("d", "t", body, {"column_separator": ","}))
+                for body in (big, "1,small\n")
+            ]
+            txns = app.state.services.txns
+            deadline = time.monotonic() + 60
+            while not any(t.label.startswith("group_commit_") for t in txns.in_state("PREPARE")):
+                assert time.monotonic() < deadline, "the first group did not start"
+                time.sleep(0.01)
+            queued = pool.submit(lambda: doris.stream_load("d", "t", "2,queued\n", {"column_separator": ","}))
+            replies = [f.result().json() for f in first]
+            first_done = time.monotonic()
+            last = queued.result().json()
+            waited = time.monotonic() - first_done
+        assert_group_reply(replies[0], mode="sync_mode", loaded=200_000)
+        assert_group_reply(replies[1], mode="sync_mode", loaded=1)
+        assert_group_reply(last, mode="sync_mode", loaded=1)
+        assert waited < interval - 3, f"the queued load took {waited:.1f} s after the first group: it waited again"
+        assert counters(doris)["groups"] == 2
+
+
+def test_concurrent_async_acknowledgements_share_wal_fsyncs(spark: Any, tmp_path: Path) -> None:
+    loads = 24
+    with group_server(spark, tmp_path, "async_mode", group_commit_interval_ms=500) as (doris, _):
+        replies = concurrent_loads(doris, [f"{i},a{i}\n" for i in range(loads)])
+        for body in replies:
+            assert_group_reply(body, mode="async_mode", loaded=1)
+        seen = counters(doris)
+        assert seen["wal_appends"] == loads, seen
+        assert 0 < seen["wal_fsyncs"] <= loads, seen
+        deadline = time.monotonic() + 60
+        while doris.rows("d", "SELECT count(*) FROM t") != [[loads]]:
+            assert time.monotonic() < deadline, doris.rows("d", "SELECT count(*) FROM t")
+            time.sleep(0.1)
+        while list((tmp_path / "wal").glob("txn_*")):  # a visible load's WAL entry goes
+            assert time.monotonic() < deadline, list((tmp_path / "wal").iterdir())
+            time.sleep(0.1)
+
+
+def test_appends_made_while_an_fsync_runs_are_synced_together_and_recovered_after_a_crash(tmp_path: Path) -> None:
+    from spark_runner.group_commit import WalLog
+
+    wal = WalLog(tmp_path)
+    threads = 16
+    barrier = threading.Barrier(threads)
+
+    def append(i: int) -> None:
+        barrier.wait()
+        wal.append(i, f'{{"load": {i}}}'.encode(), f"{i},payload\n".encode() * (i + 1))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(append, range(threads)))
+    assert wal.appends == threads
+    assert wal.fsyncs <= threads // 2, f"{wal.fsyncs} fsyncs for {threads} concurrent appends"
+    wal.release(3)
+
+    segment = next(tmp_path.glob("log_*.wal"))
+    with segment.open("ab") as torn:  # a crash in the middle of an append: that load was never acknowledged
+        torn.write(WalLog.RECORD.pack(WalLog.MAGIC, 99, 10, 1000, 0) + b"partial")
+    restored: dict[int, tuple[bytes, bytes]] = {}
+
+    def write(txn_id: int, meta: bytes, payload: bytes) -> bool:
+        restored[txn_id] = (meta, payload)
+        return txn_id != 5  # committed before the crash: not owed
+
+    again = WalLog(tmp_path)
+    assert again.recover(write) == threads - 1
+    assert sorted(restored) == list(range(threads))  # the released one is read too: its txn decides
+    assert restored[7] == (b'{"load": 7}', b"7,payload\n" * 8)
+    for txn_id in range(threads):
+        again.release(txn_id)
+    assert not list(tmp_path.glob("log_*.wal")), "a segment with no owed record is removed"
