@@ -158,3 +158,25 @@ def test_sequence_mapping_delete_refuses_value_column_predicates(doris: DorisCli
         )
     assert doris.rows(db, "SELECT a, c FROM m") == [[1, 10]]
     assert doris.rows(db, f"SHOW DELETE FROM {db}") == []
+
+
+def test_sequence_mapping_delete_on_a_partitioned_table_names_its_partitions(doris: DorisClient, db: str) -> None:
+    """A predicate delete, so Doris's partition rule holds: named or inferred partitions, else
+    `delete_without_partition`."""
+    doris.sql(
+        db,
+        """CREATE TABLE m (a BIGINT, b INT, c INT, s1 INT) UNIQUE KEY(a, b)
+        PARTITION BY RANGE(a) (PARTITION p1 VALUES LESS THAN ("10"), PARTITION p2 VALUES LESS THAN ("20"))
+        DISTRIBUTED BY HASH(a, b) BUCKETS 2
+        PROPERTIES ("enable_unique_key_merge_on_write" = "false", "sequence_mapping.s1" = "c")""",
+    )
+    assert_doris_result(doris.stream_load(db, "m", "1,1,10,5\n11,1,20,5\n12,2,30,5\n", headers=CSV), loaded=3)
+    refused = doris.sql_error(db, "DELETE FROM m WHERE b = 1")
+    assert "You should specify partition in delete stmt, or set delete_without_partition to true" in refused
+    doris.sql(db, "DELETE FROM m PARTITION p2 WHERE b = 1")
+    doris.sql(db, "DELETE FROM m WHERE a = 12")  # the partition inferred from the filter
+    assert doris.rows(db, "SELECT a, c FROM m ORDER BY a") == [[1, 10]]
+    shown = [[r[0], r[1], r[3]] for r in doris.rows(db, f"SHOW DELETE FROM {db}")]
+    assert shown == [["m", "p2", 'b EQ "1"'], ["m", "p2", 'a EQ "12"']]
+    assert_doris_result(doris.stream_load(db, "m", "11,1,21,0\n", headers=CSV))
+    assert doris.rows(db, "SELECT a, c, s1 FROM m ORDER BY a") == [[1, 10, 5], [11, 21, 0]]
