@@ -117,12 +117,8 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         assert mapped is not None
         if partial and mapped.name.lower() not in known:
             inherit_sequence = True  # the row keeps its stored sequence (contract §6.8)
-        elif (
-            mapped.name.lower() not in known
-            and request.merge_type is not MergeType.DELETE
-            and not mapped.default_is_current_timestamp
-        ):
-            raise _need_sequence(table)
+        elif mapped.name.lower() not in known and not mapped.default_is_current_timestamp:
+            raise _need_sequence(table)  # whatever the merge type: a DELETE row is ordered by it too
         sequence_source = mapped.name  # the stored value of the mapped column, default included
     elif request.sequence_col:
         if request.sequence_col.lower() not in known:

@@ -1,10 +1,14 @@
-"""DELETE FROM: delete markers on unique tables, stored delete predicates on duplicate and aggregate tables.
+"""DELETE FROM: delete markers on unique tables, stored delete predicates on the others.
 
 Unique tables: the current rows that match are loaded again with the delete sign set, each carrying its
 current sequence, so a delete is an ordinary sequenced row (contract §6; Doris does the same on merge-on-write
 tables; on merge-on-read tables Doris stores a predicate instead, we keep the marker rule there too).
-Duplicate and aggregate tables: the predicate is stored with the DELETE's version and applied, at read and
-compaction, to the rows loaded before it (Doris's delete handler); aggregate tables take key columns only.
+Duplicate and aggregate tables, and sequence-mapping tables (merge-on-read unique tables without a delete
+sign): the predicate is stored with the DELETE's version and applied, at read and compaction, to each stored
+row loaded before it, before rows of a key are merged (Doris's delete handler filters every older rowset);
+a later load of a matching key is visible again. Aggregate and sequence-mapping tables take key columns only
+(Doris `DeleteFromCommand.checkColumn`), so every row of a key matches alike and a merged row (compaction's,
+which carries its run's largest version) matches exactly when its inputs did.
 Predicates are conjunctions of `column op literal`, `column [NOT] IN (literals)` and `column IS [NOT] NULL`.
 """
 
@@ -82,7 +86,8 @@ def _check_value(table: TableDef, column: str, value: str) -> None:
 def delete_predicate(
     table: TableDef, where: exp.Expr, created: str, version: int, partitions: tuple[PartitionDef, ...] = ()
 ) -> DeletePredicate:
-    """The stored predicate of a DELETE on a duplicate or aggregate table (of some of its partitions).
+    """The stored predicate of a DELETE on a duplicate, aggregate or sequence-mapping table (of some of its
+    partitions).
 
     Raises:
         SqlError: with Doris's message for a predicate form or column it refuses.
@@ -100,10 +105,11 @@ def delete_predicate(
         col = table.column(target.name)
         if col is None or col.hidden:
             raise SqlError(f"Unknown column '{target.name}' in '{table.name}'")
-        if table.is_aggregate and not col.is_key:
+        if not col.is_key and not table.is_duplicate:
+            kind = "an Aggregate table" if table.is_aggregate else "an unique table without merge-on-write"
             raise SqlError(
                 "delete predicate on value column only supports Unique table with merge-on-write enabled and "
-                f"Duplicate table, but Table[{table.name}] is an Aggregate table."
+                f"Duplicate table, but Table[{table.name}] is {kind}."
             )
         if col.type.name in ("FLOAT", "DOUBLE"):
             raise SqlError(f"Column[{col.name}] type is float or double.")
@@ -170,15 +176,15 @@ def _partitions(tree: exp.Delete, table: TableDef, session: Session) -> tuple[Pa
     """The partitions a DELETE names, or infers from its filter; () for the whole table.
 
     Raises:
-        SqlError: an unknown partition; on a partitioned duplicate or aggregate table, none named nor inferable
+        SqlError: an unknown partition; on a partitioned table taking a predicate, none named nor inferable
             without `SET delete_without_partition = true` (Doris's text).
     """
     clause = tree.this.args.get("partition")
     names = [e.name for e in clause.expressions] if isinstance(clause, exp.Partition) else []
     if names:
         return named_partitions(table, names)
-    if table.partitioning is None or table.is_unique:
-        return ()
+    if table.partitioning is None or (table.is_unique and not table.sequence_mapping):
+        return ()  # markers; Doris's rule is for predicate deletes, which sequence-mapping tables store
     where = tree.args.get("where")
     probe = exp.select("*").from_(exp.table_(table.name)).where(where.this.copy() if where else None)
     source = probe.args["from_"].this
@@ -194,16 +200,14 @@ def _partitions(tree: exp.Delete, table: TableDef, session: Session) -> tuple[Pa
 
 
 def run_delete(ctx: SqlContext, tree: exp.Delete, session: Session) -> ExecStatus:
-    """Markers on unique tables, a stored predicate on the others."""
+    """Markers on unique tables, a stored predicate on the others (sequence-mapping tables included)."""
     where = tree.args.get("where")
     require_table(session.privileges, Priv.LOAD, "LOAD", tree.this.db or session.db, tree.this.name)
     table = ctx.catalog.load(tree.this.db or session.db, tree.this.name).definition
     if where is None:
         raise SqlError("DELETE without a WHERE clause is not supported, use TRUNCATE TABLE")
-    if table.is_unique and table.sequence_mapping:
-        raise SqlError("DELETE is not supported on tables with sequence mapping: they have no delete sign")
     partitions = _partitions(tree, table, session)
-    if table.is_unique:
+    if table.is_unique and not table.sequence_mapping:
         return _delete_markers(ctx, table, where, session, partitions)
     created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     delete_predicate(table, where.this, created, 0, partitions)  # check before taking a version

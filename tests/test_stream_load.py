@@ -311,6 +311,42 @@ def test_delete_merge_type_removes_keys_and_lower_sequence_delete_is_ignored(dor
     assert rows(doris, db)[0] == [1, "back", 6]
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"merge_type": "DELETE"},
+        {"merge_type": "MERGE", "delete": "v = 'x'"},
+        {"merge_type": "APPEND"},
+    ],
+)
+def test_every_merge_type_without_the_sequence_column_is_refused(
+    doris: DorisClient, db: str, headers: dict[str, str]
+) -> None:
+    """Doris refuses a load whose `columns` omit the table's `sequence_col`, whatever its merge type; nothing
+    is deleted."""
+    doris.sql(db, SEQ_TABLE)
+    assert_doris_result(doris.stream_load(db, "t", "1,a,5\n2,b,5\n", headers=CSV))
+    assert_doris_result(
+        doris.stream_load(db, "t", "1,x\n", headers={**CSV, "columns": "k,v", **headers}),
+        status="Fail",
+        message_contains="Table t has sequence column, need to specify the sequence column",
+    )
+    assert rows(doris, db) == [[1, "a", 5], [2, "b", 5]]
+
+
+def test_delete_load_may_omit_a_current_timestamp_sequence_column(doris: DorisClient, db: str) -> None:
+    """A sequence column that defaults to CURRENT_TIMESTAMP may be left out, by a DELETE load too: the delete
+    carries the load's time, which beats the stored rows' older times."""
+    doris.sql(
+        db,
+        "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8), s DATETIME DEFAULT CURRENT_TIMESTAMP) UNIQUE KEY(k) "
+        'DISTRIBUTED BY HASH(k) BUCKETS 2 PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    assert_doris_result(doris.stream_load(db, "t", "1,a,2020-01-01 00:00:00\n2,b,2020-01-01 00:00:00\n", headers=CSV))
+    assert_doris_result(doris.stream_load(db, "t", "1\n", headers={**CSV, "columns": "k", "merge_type": "DELETE"}))
+    assert doris.rows(db, "select k, v from t order by k") == [[2, "b"]]
+
+
 def test_sequence_type_table_requires_the_sequence_header(doris: DorisClient, db: str) -> None:
     doris.sql(
         db,
