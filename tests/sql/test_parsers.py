@@ -81,8 +81,13 @@ def test_create_table_if_not_exists() -> None:
         pytest.param("CREATE TABLE t (k INT", "Syntax error: expected ) at end of statement", id="unclosed"),
         pytest.param(
             "CREATE TABLE t (k DATE) AUTO PARTITION BY RANGE (date_trunc(k, 'day')) ()",
-            "AUTO PARTITION is not supported by this server yet",
-            id="auto-partition",
+            "AUTO RANGE PARTITION doesn't support NULL column",
+            id="auto-partition-nullable",
+        ),
+        pytest.param(
+            "CREATE TABLE t (k DATE NOT NULL) AUTO PARTITION BY RANGE (year(k)) ()",
+            "auto create partition only support date_trunc function of RANGE partition.",
+            id="auto-partition-function",
         ),
         pytest.param(
             "CREATE TABLE t (k INT) PARTITION BY HASH(k) ()",
