@@ -663,6 +663,8 @@ def remove_partitions(ids: AbstractSet[int]) -> Callable[[Transaction, int], Non
     """The Iceberg change of `ALTER TABLE ... DROP PARTITION`: its files go in the commit of the definition."""
 
     def change(tx: Transaction, version: int) -> None:
+        if not ids:  # nothing dropped: no manifest to read
+            return
         paths = files_of_partitions(tx._table, ids)  # noqa: SLF001 (the table the transaction commits to)
         if paths:
             with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
