@@ -169,9 +169,13 @@ def scan_files(
     chosen = set(small)
     big = [p for p in files if p not in chosen]
     if big and only is not None:
-        keyed = _keyed_rows(
-            spark, schema, [(p, stamps[p]) for p in big], only, positions=located, drop=by_file, keep=keep
-        )
+        try:
+            keyed = _keyed_rows(
+                spark, schema, [(p, stamps[p]) for p in big], only, positions=located, drop=by_file, keep=keep
+            )
+        except (pa.ArrowException, ValueError, KeyError, TypeError):  # a type the cast does not know: Spark reads
+            log.warning("rows of %d values read by Spark instead", len(only.values), exc_info=True)
+            keyed = None
         if keyed is not None:
             frames.append(keyed)
             big = []
