@@ -105,10 +105,13 @@ DRIVER_READ_ROWS = 200_000
 # A read of a few key values (a small load's merge-on-write lookup) takes the larger files' rows that hold them in
 # this process too: a file is sorted by key, so the statistics of its row groups name those that may hold a value;
 # their key column is decoded and only the matching rows' other columns are kept. At most KEYED_READ_VALUES values
-# of an integer or string column, over row groups of at most KEYED_READ_ROWS rows in all: a Spark job reading the
-# same row groups cost a 10-row load into a 5M-row table ~1.5 s (planning, then ~1M rows read for 10 keys).
+# of an integer or string column, over row groups of at most KEYED_READ_ROWS rows in all and KEYED_GROUP_ROWS each
+# (a row group holding a match is decoded whole in this process: its size bounds the memory a lookup takes): a
+# Spark job reading the same row groups cost a 10-row load into a 5M-row table ~1.5 s (planning, then ~1M rows
+# read for 10 keys).
 KEYED_READ_VALUES = 1000
 KEYED_READ_ROWS = 8_000_000
+KEYED_GROUP_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -306,7 +309,8 @@ def _keyed_rows(
 ) -> DataFrame | None:
     """The rows of these files whose column holds one of the values `only` lists, read in this process as one
     Arrow relation (see `KEYED_READ_VALUES`), without the rows `drop` names (but those whose `keep` column is 1);
-    or None: Spark reads the files (too many values or rows, a column of another type, a file without it)."""
+    or None: Spark reads the files (too many values or rows, a row group too large, a column of another type, a
+    file without it)."""
     column = only.column
     if len(only.values) > KEYED_READ_VALUES or column not in schema.fieldNames():
         return None
@@ -330,8 +334,9 @@ def _keyed_rows(
         index, name = found
         nulls = None in values
         groups = [g for g in range(meta.num_row_groups) if _group_may_hold(meta, g, index, value_set, nulls)]
-        budget -= sum(meta.row_group(g).num_rows for g in groups)
-        if budget < 0:
+        sizes = [meta.row_group(g).num_rows for g in groups]
+        budget -= sum(sizes)
+        if budget < 0 or max(sizes, default=0) > KEYED_GROUP_ROWS:
             return None
         plans.append((path, meta, name, value_set, nulls, groups))
     parts: list[pa.Table] = []
