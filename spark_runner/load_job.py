@@ -557,21 +557,31 @@ def winning(table: TableDef) -> str:
     return f"NOT coalesce(__sfound, false) OR {beats(table, SEQ if table.has_sequence else 'NULL', '__sseq')}"
 
 
-def keys_of_batch(batch: DataFrame, table: TableDef) -> tuple[list[Any], frozenset[int] | None]:
-    """The distinct values of a (small) batch's first key column, and the buckets of its rows (None: every
-    bucket, for a table whose files do not record theirs); one small Spark job."""
+def keys_of_batch(batch: DataFrame, table: TableDef) -> FileFilter:
+    """The files a (small) batch's lookup reads: its buckets (None: every bucket, for a table whose files do not
+    record theirs) and the distinct values of its first key column, per bucket; one small Spark job."""
     key = table.key_columns[0]
     bucketed = table.bucketed and table.buckets > 1
     picked = [F.col(q(key)).alias("k")] + ([F.expr(bucket_sql(table, per_bucket=True)).alias("b")] if bucketed else [])
     rows = batch.select(*picked).distinct().collect()
-    buckets = frozenset(int(r[1]) for r in rows) if bucketed else None
-    return list({r[0] for r in rows}), buckets
+    values = tuple({r[0] for r in rows})
+    if not bucketed:
+        return FileFilter(values=((key, values),))
+    by_bucket: dict[int, set[Any]] = {}
+    for r in rows:
+        by_bucket.setdefault(int(r[1]), set()).add(r[0])
+    return FileFilter(
+        buckets=frozenset(by_bucket),
+        values=((key, values),),
+        by_bucket=tuple((b, tuple(v)) for b, v in sorted(by_bucket.items())),
+    )
 
 
-def only_keys(stored: DataFrame, key: str, values: list[Any]) -> DataFrame:
-    """The stored rows whose first key column holds one of `values` (collected first, so that the filter reaches
-    the Parquet reader as literals and skips the row groups and pages, files being sorted by key, that cannot
-    hold them: a 10-row partial update of a 5M-row table reads a few pages, not the table)."""
+def only_keys(stored: DataFrame, wanted: FileFilter) -> DataFrame:
+    """The stored rows whose first key column holds one of the values `wanted` lists (collected first, so that the
+    filter reaches the Parquet reader as literals and skips the row groups and pages, files being sorted by key,
+    that cannot hold them: a 10-row partial update of a 5M-row table reads a few pages, not the table)."""
+    key, values = wanted.values[0]
     column = F.col(q(key))
     condition = column.isin([v for v in values if v is not None])
     if None in values:
@@ -698,9 +708,8 @@ def run_load_job(
     good = merge_rows(good, table, POS, sequence=seq)
     stored_rows: DataFrame | None = None
     if stored is not None and table.positional and small_rowset.is_small(source):
-        values, touched = keys_of_batch(good, table)
-        wanted = FileFilter(buckets=touched, values=((keys[0], tuple(values)),))
-        stored_rows = only_keys(stored(wanted), keys[0], values)
+        wanted = keys_of_batch(good, table)
+        stored_rows = only_keys(stored(wanted), wanted)
     elif stored is not None:
         stored_rows = stored(None)
     if stored_rows is not None and table.positional:

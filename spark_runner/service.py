@@ -34,14 +34,14 @@ from spark_runner.load_job import (
 )
 from spark_runner.mow import DRIVER_RECHECK_ROWS, resolve
 from spark_runner.planning import LoadPlan, plan_load
-from spark_runner.queries import lookup_rows, merged_rows
+from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
 from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
-from tables.rowsets import FileFilter, live_data_files, plain_path
+from tables.rowsets import FileFilter, live_data_files, plain_path, wanted_values
 from tables.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -383,10 +383,15 @@ def run_rowset(
 
 
 def _lookup(spark: SparkSession, handle: TableHandle) -> StoredRows:
-    """A positional table's lookup rows, read from the files of the given buckets only."""
+    """A positional table's lookup rows, read from the files of the given buckets only (and, for the few values of
+    a key column `wanted` lists, only their rows where they are read in the server's process)."""
 
     def rows(wanted: FileFilter | None) -> DataFrame:
-        return lookup_rows(spark, handle, handle.data_files(wanted))
+        only = None
+        if wanted is not None and len(wanted.values) == 1:
+            column, values = wanted.values[0]
+            only = KeyValues(column, values, per_file=wanted_values(handle.iceberg, wanted))
+        return lookup_rows(spark, handle, handle.data_files(wanted), only=only)
 
     return rows
 

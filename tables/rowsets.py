@@ -212,11 +212,21 @@ def partition_value(table: Table, data_file: DataFile, name: str) -> int | None:
 class FileFilter:
     """Which data files a read of some keys needs: those of some buckets (None: any), and those whose Iceberg
     column bounds can hold one of the given values of each listed key column (integer and string columns; others
-    are not compared)."""
+    are not compared). `by_bucket`: the first listed column's values per bucket, when the reader knows them (a
+    small load's keys): a file of one bucket may hold only its bucket's values."""
 
     buckets: frozenset[int] | None = None
     values: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     partitions: frozenset[int] | None = None  # Doris partition ids (None: any)
+    by_bucket: tuple[tuple[int, tuple[Any, ...]], ...] = ()
+
+    def values_in(self, bucket: int | None) -> tuple[Any, ...] | None:
+        """The first listed column's values a file of `bucket` (None: of several) may hold, or None (no column)."""
+        if not self.values:
+            return None
+        if bucket is not None and self.by_bucket:
+            return dict(self.by_bucket).get(bucket, ())
+        return self.values[0][1]
 
 
 def may_hold(table: Table, data_file: DataFile, wanted: FileFilter | None) -> bool:
@@ -227,12 +237,13 @@ def may_hold(table: Table, data_file: DataFile, wanted: FileFilter | None) -> bo
         partition = file_partition(table, data_file)
         if partition is not None and partition not in wanted.partitions:
             return False
-    if wanted.buckets is not None:
-        bucket = file_bucket(table, data_file)
-        if bucket is not None and bucket not in wanted.buckets:
-            return False
+    bucket = file_bucket(table, data_file) if wanted.buckets is not None or wanted.by_bucket else None
+    if wanted.buckets is not None and bucket is not None and bucket not in wanted.buckets:
+        return False
     schema = table.schema()
-    for column, values in wanted.values:
+    for index, (column, listed) in enumerate(wanted.values):
+        values = wanted.values_in(bucket) if index == 0 else listed
+        assert values is not None, "a listed column has values"
         field = schema.find_field(column, case_sensitive=False)
         if not isinstance(field.field_type, (IntegerType, LongType, StringType)):
             continue
@@ -246,6 +257,19 @@ def may_hold(table: Table, data_file: DataFile, wanted: FileFilter | None) -> bo
         if not any(v is not None and low <= v <= high for v in values) and None not in values:
             return False
     return True
+
+
+def wanted_values(table: Table, wanted: FileFilter) -> dict[str, tuple[Any, ...]]:
+    """Plain path → the values of `wanted`'s first column that each live data file of one bucket may hold."""
+    if not wanted.by_bucket:
+        return {}
+    out: dict[str, tuple[Any, ...]] = {}
+    for data_file in live_data_files(table):
+        bucket = file_bucket(table, data_file)
+        values = wanted.values_in(bucket)
+        if bucket is not None and values is not None:
+            out[plain_path(data_file.file_path)] = values
+    return out
 
 
 def sign_field_id(table: Table) -> int | None:

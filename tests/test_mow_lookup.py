@@ -1,0 +1,93 @@
+"""A small load's merge-on-write lookup, read in the server's process (`spark_runner.queries._keyed_rows`).
+
+The stored rows of the load's keys are read with pyarrow: the row groups whose key statistics may hold them, a
+file of one bucket by its own bucket's keys, rows superseded since skipped unless they are tombstones. What a user
+sees: partial-column loads into a table whose rows are spread over several files of several row groups each update
+exactly their keys (the position deletes name the right rows), a deleted key keeps its sequence, and pyiceberg's
+scan agrees with `SELECT`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import DorisClient, assert_doris_result, table_handle
+
+DDL = (
+    "CREATE TABLE t (k {key}, v VARCHAR(20), s INT, w INT DEFAULT '0') UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2"
+    ' PROPERTIES ("function_column.sequence_col" = "s")'
+)
+JSON = {"format": "json", "read_json_by_line": "true"}  # not an inline source: Spark writes the rowset
+PARTIAL = {"column_separator": ",", "partial_columns": "true"}
+
+
+@pytest.fixture
+def small_row_groups(spark: Any) -> Iterator[None]:
+    """Spark writes row groups of ~100 rows while the fixture is active (Parquet's `parquet.block.size`)."""
+    spark.conf.set("parquet.block.size", "1024")
+    try:
+        yield
+    finally:
+        spark.conf.unset("parquet.block.size")
+
+
+def as_json(rows: list[tuple[Any, str, int, int]]) -> str:
+    return "".join(f'{{"k": "{k}", "v": "{v}", "s": {s}, "w": {w}}}\n' for k, v, s, w in rows)
+
+
+@pytest.mark.parametrize("key", ["INT", "VARCHAR(8)"])
+def test_partial_loads_update_their_keys_in_files_of_many_row_groups(
+    doris: DorisClient,
+    db: str,
+    server_settings: Any,
+    small_row_groups: None,
+    caplog: pytest.LogCaptureFixture,
+    key: str,
+) -> None:
+    doris.sql(db, DDL.format(key=key))
+    # string keys zero-padded, so that they sort as the numbers do
+    name: Any = int if key == "INT" else (lambda k: f"{k:05d}")
+    model = {name(k): (f"v{k}", 1, k) for k in range(3000)}
+    assert_doris_result(doris.stream_load(db, "t", as_json([(k, *r) for k, r in model.items()]), JSON).json())
+    deleted = [name(k) for k in range(1000, 2000)]  # tombstones with sequence 10, in files of their own
+    body = as_json([(k, "gone", 10, 0) for k in deleted])
+    assert_doris_result(doris.stream_load(db, "t", body, {**JSON, "merge_type": "DELETE"}).json())
+    for k in deleted:
+        del model[k]
+    handle = table_handle(server_settings, db, "t")
+    groups = [pq.read_metadata(path).num_row_groups for path in handle.data_files()]
+    assert len(groups) >= 4 and min(groups) > 1, groups  # the layout this test is about
+
+    with caplog.at_level(logging.DEBUG, logger="spark_runner.queries"):
+        # unlisted columns keep their stored values (the sequence too), in the first and last row groups
+        body = "".join(f"{name(k)},p{k}\n" for k in (0, 5, 2500, 2998, 2999))
+        assert_doris_result(doris.stream_load(db, "t", body, {**PARTIAL, "columns": "k,v"}).json(), loaded=5)
+        for k in (0, 5, 2500, 2998, 2999):
+            model[name(k)] = (f"p{k}", *model[name(k)][1:])
+        # with the sequence listed: 1500 stays deleted (its tombstone's sequence is 10), 1600 comes back with
+        # defaults, 6 loses (sequence 0 < 1), 2500 wins its tie, 7000 is new
+        rows = [(1500, "low", 5), (1600, "high", 11), (6, "older", 0), (2500, "again", 1), (7000, "new", 3)]
+        body = "".join(f"{name(k)},{v},{s}\n" for k, v, s in rows)
+        assert_doris_result(doris.stream_load(db, "t", body, {**PARTIAL, "columns": "k,v,s"}).json(), loaded=5)
+        model[name(1600)] = ("high", 11, 0)
+        model[name(2500)] = ("again", 1, 2500)
+        model[name(7000)] = ("new", 3, 0)
+    reads = [r.getMessage() for r in caplog.records if "read in this process" in r.getMessage()]
+    assert len(reads) == 2 and all(" 0 rows of " not in m for m in reads), reads
+
+    expected = sorted([k, *r] for k, r in model.items())
+    assert doris.rows(db, "SELECT count(*), sum(s), sum(w) FROM t") == [
+        [len(expected), sum(r[2] for r in expected), sum(r[3] for r in expected)]
+    ]
+    touched = [name(k) for k in (0, 5, 6, 1500, 1600, 2500, 2998, 2999, 7000)]
+    listed = ", ".join(repr(k) for k in touched)
+    assert doris.rows(db, f"SELECT k, v, s, w FROM t WHERE k IN ({listed}) ORDER BY k") == [
+        r for r in expected if r[0] in touched
+    ]
+    scanned = table_handle(server_settings, db, "t").iceberg.scan().to_arrow().to_pylist()
+    assert sorted([r["k"], r["v"], r["s"], r["w"]] for r in scanned) == expected
