@@ -6,6 +6,7 @@ through `python -m app`, HTTP and curl, exactly as a user does.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -411,6 +412,13 @@ def rowset_stats(data_dir: Path, table_name: str, db: str = DB) -> tuple[int, in
         return 0, 0
     files = [task.file.file_path for task in tbl.scan().plan_files()]
     return len({f.rsplit("/", 2)[-2] for f in files}), len(files)
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark takes: `--spark-master`, `--keep`, `--json`."""
+    parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
+    parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
+    parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
 
 
 def run_main(main: Callable[[], int]) -> None:

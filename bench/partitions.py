@@ -33,6 +33,7 @@ from _common import (  # noqa: E402
     DB,
     BenchError,
     Server,
+    add_server_options,
     banner,
     check_success,
     create_database,
@@ -133,9 +134,7 @@ def main() -> int:
     parser.add_argument("--rows-per-day", type=int, default=2000, help="rows per day (default 2000)")
     parser.add_argument("--partitions", type=int, default=1000, help="partitions of the load table (default 1000)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs, the median is reported (default 5)")
-    parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
-    parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
-    parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
+    add_server_options(parser)
     args = parser.parse_args()
     banner(
         "partitioned tables",
