@@ -45,6 +45,8 @@ bench: install
 	$(PY) bench/mor.py
 	$(PY) bench/compaction.py
 	$(PY) bench/memory.py
+	$(PY) bench/group_commit.py
+	$(PY) bench/partitions.py
 
 # regenerate openapi/openapi.json from the app (tests/test_openapi.py fails when it is stale)
 openapi: install
