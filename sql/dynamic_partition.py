@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sql.partition_ddl import PartitionDesc, add_partition
+from sql.partition_ddl import PartitionDesc, add_partition, check_partition_name
 from tables.catalog import Catalog
 from tables.commit import TableWriter, partition_change
 from tables.errors import DorisError, SqlError
@@ -153,6 +153,10 @@ def check_table(table: TableDef) -> DynamicPartition | None:
     t = table.partition_types()[0]
     if t.name not in ("DATE", "DATETIME"):
         raise SqlError(f"Dynamic partition only support DATE or DATETIME partition column, not {t.sql()}")
+    try:  # the prefix starts every partition name the scheduler makes
+        check_partition_name(spec.prefix + "0")
+    except SqlError:
+        raise SqlError(f"Invalid dynamic partition prefix: {spec.prefix}") from None
     if spec.time_unit == "HOUR" and t.name != "DATETIME":
         raise SqlError("time_unit HOUR of dynamic partition needs a DATETIME partition column")
     return spec

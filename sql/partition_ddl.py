@@ -12,6 +12,7 @@ of `ALTER TABLE ... ADD [TEMPORARY] PARTITION`, read with the token cursor and c
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -294,6 +295,7 @@ def add_partition(
     Raises: SqlError with Doris's text for a value of the wrong arity or type, an overlap or a taken name.
     """
     width = len(types)
+    check_partition_name(desc.name)
     new = PartitionDef(id=partitioning.next_id, name=desc.name, temporary=temporary, create_time=created)
     if partitioning.kind is PartitionKind.RANGE:
         if desc.values:
@@ -328,6 +330,15 @@ def add_partition(
     return partitioning.model_copy(
         update={"partitions": (*partitioning.partitions, new), "next_id": partitioning.next_id + 1}
     )
+
+
+_PARTITION_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")  # Doris's FeNameFormat rule for partition names
+
+
+def check_partition_name(name: str) -> None:
+    """Raises: SqlError with Doris's text for a name outside its rule (a letter, then letters, digits, _ or -)."""
+    if not _PARTITION_NAME.match(name):
+        raise SqlError(f"Incorrect partition name '{name}'")
 
 
 def _full(values: Sequence[str], width: int, fill: str) -> tuple[str, ...]:

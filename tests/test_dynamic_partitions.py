@@ -69,6 +69,7 @@ def test_partitions_past_start_are_dropped_with_their_rows(doris: DorisClient, d
         ({"time_unit": "DAY", "end": "0"}, "Dynamic partition end must greater than 0"),
         ({"time_unit": "DAY", "end": "3", "start": "1"}, "Dynamic partition start must less than 0"),
         ({"time_unit": "DAY", "end": "600"}, "Too many dynamic partitions: 601. Limit: 500"),
+        ({"time_unit": "DAY", "end": "3", "prefix": "p x"}, "Invalid dynamic partition prefix: p x"),
         ({"time_unit": "HOUR", "end": "3"}, "time_unit HOUR of dynamic partition needs a DATETIME partition column"),
         (
             {"time_unit": "DAY", "end": "3", "create_history_partition": "true"},

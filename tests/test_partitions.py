@@ -133,6 +133,11 @@ def test_partition_ddl_errors_are_dorises(doris: DorisClient, db: str) -> None:
         db, "CREATE TABLE e (k INT) DUPLICATE KEY(k) PARTITION BY RANGE(x) () DISTRIBUTED BY HASH(k)"
     )
     assert missing.endswith("Partition column[x] does not exist in column list.")
+    for name in ("`p x`", "`1p`", "`p/../q`"):
+        bad = doris.sql_error(
+            db, f"CREATE TABLE e (k INT) DUPLICATE KEY(k) PARTITION BY RANGE(k) (PARTITION {name} VALUES LESS THAN (1))"
+        )
+        assert bad.endswith(f"Incorrect partition name '{name.strip('`')}'"), bad
 
 
 def test_show_partitions_and_show_create_table_recreate_the_table(doris: DorisClient, db: str) -> None:
