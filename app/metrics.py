@@ -68,6 +68,7 @@ class GroupCommitCollector(Collector):
         "groups": "Group-commit groups run (one job and at most one snapshot each)",
         "loads": "Loads in those groups",
         "spark_jobs": "Spark jobs the groups ran",
+        "inline_groups": "Groups whose loads were one inline source (split by the server: no file scan)",
         "wal_appends": "Async group-commit loads appended to the WAL log",
         "wal_fsyncs": "fsyncs of the WAL log (each makes every append before it durable)",
     }

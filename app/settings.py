@@ -72,9 +72,14 @@ class Settings(BaseSettings):
         description="Group commit: how long a group collects loads after its first one arrives at an idle table "
         "worker; loads that queued while the worker's previous group ran go at once, as does a full group.",
     )
-    group_commit_max_loads: int = Field(128, description="Group commit: most loads in one group (one job, one commit).")
+    group_commit_max_loads: int = Field(
+        1024,
+        ge=1,
+        description="Group commit: most loads in one group (one job, one commit); small CSV bodies of up to 4 MB "
+        "together are one inline source whatever their number.",
+    )
     group_commit_max_wal_num_per_table: int = Field(
-        256,
+        2048,
         ge=1,
         description="Group commit: most acknowledged async loads of one table waiting in the WAL to become visible "
         "(two full groups); past it an async load is answered once visible, as a sync_mode one (Doris's BE setting "

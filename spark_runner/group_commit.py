@@ -62,7 +62,7 @@ from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
 from tables.catalog import TableHandle
 from tables.commit import table_identity
-from tables.csv_dialect import CsvDialect, CsvPath
+from tables.csv_dialect import CsvDialect
 from tables.errors import (
     DatabaseNotFound,
     DataQualityError,
@@ -82,6 +82,8 @@ MODE_PROPERTY = "group_commit_mode"  # table property: the mode of loads that se
 LOAD_SHIFT = 47  # a row's position in the group: (load index << LOAD_SHIFT) + its position in its payload
 MAX_ERROR_ROWS = 50
 MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed async load
+GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
+GROUP_INLINE_MAX_LINES = 65536  # ... and up to this many lines
 # failures after which an acknowledged async load can never commit: its WAL entry goes
 REFUSED = (DataQualityError, TableDropped, TableNotFound, DatabaseNotFound)
 
@@ -400,10 +402,10 @@ class GroupCommitter:
         loads: LoadService,
         data_dir: Path,
         interval_ms: float = 100.0,
-        max_loads: int = 128,
+        max_loads: int = 1024,
         retry_num: int = 10,
         retry_interval_s: float = 1.0,
-        wal_max_loads_per_table: int = 256,
+        wal_max_loads_per_table: int = 2048,
         wal_max_disk_limit: str = "10%",
     ) -> None:
         self.loads = loads
@@ -420,7 +422,7 @@ class GroupCommitter:
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
         self._workers: dict[tuple[str, str, str], _Worker] = {}
-        self.counters: Counter[str] = Counter({"groups": 0, "loads": 0, "spark_jobs": 0})
+        self.counters: Counter[str] = Counter({"groups": 0, "loads": 0, "spark_jobs": 0, "inline_groups": 0})
         self._guard = threading.Lock()
 
     # -- entry point ----------------------------------------------------------------------
@@ -659,6 +661,9 @@ class GroupCommitter:
                 context.setJobGroup(job_group, f"group commit of {len(batch)} loads", interruptOnCancel=True)
                 source = group_source(spark, directory, batch, first)
                 small = small_rowset.is_small(source)
+                if small:
+                    with self._guard:
+                        self.counters["inline_groups"] += 1
                 while True:
                     kept = [i for i in range(len(batch)) if i not in failed]
                     if not kept:
@@ -870,7 +875,7 @@ def _same_table(handle: TableHandle) -> TableHandle:
 
 def group_source(spark: SparkSession, directory: Path, batch: list[_Member], first: PreparedLoad) -> DataFrame:
     """The group's rows as one source, each row's position prefixed with its load's index (rows ordered by
-    (load, line)): CSV bodies small together are split by the server and handed to Spark as one `VALUES`
+    (load, line)): CSV bodies small together are split by the server and handed to Spark as one inline Arrow
     relation (no scan at all, and a small rowset is written from the job's result, as a small plain load's);
     other groups are one Spark scan over the group's directory, the load's index read from each file's name."""
     inline = _inline_group(spark, batch, first)
@@ -879,16 +884,16 @@ def group_source(spark: SparkSession, directory: Path, batch: list[_Member], fir
 
 def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad) -> DataFrame | None:
     """Every member's CSV lines split (`arrow_csv`) into one inline source, or None when the group is over the
-    inline bands of its load shape (`CsvDialect.path_for`, on the group's bytes and lines) or a body needs
-    Spark's text path."""
+    group's inline band (`_inline_group_fits`, `GROUP_INLINE_MAX_LINES`) or a body needs Spark's text path."""
     import pyarrow as pa
 
     plan = first.plan
     if plan.request.format != "csv":
         return None
     dialect = CsvDialect.of(plan.request, len(plan.source_fields))
-    if dialect.path_for(sum(m.load_bytes for m in batch)) is not CsvPath.INLINE:
+    if not _inline_group_fits(batch, dialect):
         return None
+    max_lines = max(dialect.inline_max_lines, GROUP_INLINE_MAX_LINES)
     segments: list[pa.Array] = []
     positions: list[int] = []
     for index, member in enumerate(batch):
@@ -899,11 +904,21 @@ def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad
         count = sum(len(piece) for piece in lines)
         positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
         segments += lines
-        if len(positions) > dialect.inline_max_lines:
+        if len(positions) > max_lines:
             return None
     if not positions:  # an inline relation needs a row
         return None
     return inline_fields(spark, arrow_csv.split_lines(pa.concat_arrays(segments), dialect), dialect, positions)
+
+
+def _inline_group_fits(batch: list[_Member], dialect: CsvDialect) -> bool:
+    """Whether a group's bodies go to Spark inline: up to `GROUP_INLINE_MAX_BYTES` together, past the band of
+    one plain load (an inline Arrow source costs hardly more for thousands of rows, while a scan of as many files
+    costs a listing and a count per load: `_per_load_metrics`), unless inline sources are off or the dialect is
+    quoted (Spark's own CSV parser splits those)."""
+    if dialect.inline_max_bytes < 0 or dialect.inline_max_lines == 0 or dialect.quoted:
+        return False
+    return sum(m.load_bytes for m in batch) <= max(dialect.inline_max_bytes, GROUP_INLINE_MAX_BYTES)
 
 
 def _only(source: DataFrame, loads: list[int]) -> DataFrame:

@@ -2,6 +2,10 @@
 
 A load claims its label (PREPARE) before its job runs, its snapshot carries `doris.txn_id`, and it is
 marked VISIBLE after the Iceberg commit, or ABORTED when it fails (which frees the label).
+
+Claims of concurrent loads share one database transaction (`begin`): a claim that arrives while another
+batch is being written waits and goes into the next one, so N concurrent loads cost about one synced write,
+not N, as a database's group commit of its log does.
 """
 
 from __future__ import annotations
@@ -55,6 +59,19 @@ class Txn:
     table_uuid: str | None = None  # Iceberg uuid of the table the load was planned on: checked at commit
 
 
+@dataclass
+class _Claim:
+    """One `begin` waiting for its batch: its result (`txn_id`) or its error once `done`."""
+
+    db: str
+    table: str
+    label: str
+    table_uuid: str | None
+    txn_id: int = 0
+    error: BaseException | None = None
+    done: bool = False
+
+
 class TransactionStore:
     """Label claims and transaction states; one SQLite connection guarded by a lock."""
 
@@ -75,6 +92,10 @@ class TransactionStore:
                 self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
         self._lock = threading.Lock()
         self.label_keep_seconds = label_keep_seconds
+        self._claims: list[_Claim] = []  # waiting for the next batch
+        self._claiming = False  # a batch is being written
+        self._claims_ready = threading.Condition(threading.Lock())
+        self.claim_batches = 0  # database transactions that wrote claims (each may hold many)
 
     def begin(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> int:
         """Claim a label and open a PREPARE transaction; returns its id. `table_uuid` is the identity of the
@@ -83,22 +104,60 @@ class TransactionStore:
         Raises:
             LabelAlreadyExists: a transaction with this label is not aborted (and not expired).
         """
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                holder = self._holder(db, label)
-                if holder is not None:
-                    raise LabelAlreadyExists(label, holder.txn_id, holder.state)
-                cur = self._conn.execute(
-                    "INSERT INTO txns (db, tbl, label, state, created, table_uuid) VALUES (?, ?, ?, ?, ?, ?)",
-                    (db, table, label, PREPARE, time.time(), table_uuid),
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+        claim = _Claim(db, table, label, table_uuid)
+        with self._claims_ready:
+            self._claims.append(claim)
+            while not claim.done:
+                if self._claiming:  # the batch being written started before this claim: wait for the next
+                    self._claims_ready.wait()
+                    continue
+                self._claiming = True
+                batch, self._claims = self._claims, []
+                self._claims_ready.release()
+                try:
+                    self._claim_all(batch)
+                finally:
+                    self._claims_ready.acquire()
+                    self._claiming = False
+                    self._claims_ready.notify_all()
+        if claim.error is not None:
+            raise claim.error
+        return claim.txn_id
+
+    def _claim_all(self, batch: list[_Claim]) -> None:
+        """Write a batch of claims in one transaction; each claim gets its id or its own error (a label
+        already held), and all of them the error of a write that failed."""
+        ids: list[int | LabelAlreadyExists] = []
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for claim in batch:
+                        holder = self._holder(claim.db, claim.label)  # sees the claims earlier in this batch
+                        if holder is not None:
+                            ids.append(LabelAlreadyExists(claim.label, holder.txn_id, holder.state))
+                            continue
+                        cur = self._conn.execute(
+                            "INSERT INTO txns (db, tbl, label, state, created, table_uuid) VALUES (?, ?, ?, ?, ?, ?)",
+                            (claim.db, claim.table, claim.label, PREPARE, time.time(), claim.table_uuid),
+                        )
+                        assert cur.lastrowid is not None
+                        ids.append(cur.lastrowid)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self.claim_batches += 1
+        except BaseException as exc:
+            for claim in batch:
+                claim.error, claim.done = exc, True
+            return
+        for claim, outcome in zip(batch, ids, strict=True):
+            if isinstance(outcome, LabelAlreadyExists):
+                claim.error = outcome
+            else:
+                claim.txn_id = outcome
+            claim.done = True
 
     def _holder(self, db: str, label: str) -> Txn | None:
         horizon = time.time() - self.label_keep_seconds

@@ -156,3 +156,19 @@ def test_appends_made_while_an_fsync_runs_are_synced_together_and_recovered_afte
     for txn_id in range(threads):
         again.release(txn_id)
     assert not list(tmp_path.glob("log_*.wal")), "a segment with no owed record is removed"
+
+
+def test_a_group_past_one_loads_inline_band_is_still_one_inline_source(spark: Any, tmp_path: Path) -> None:
+    # 30 loads of 10 lines: 300 lines, past the 256 lines a plain load hands to Spark inline; the group is still
+    # one inline relation (no scan of 30 files), one job, and every load keeps its own counts
+    loads, lines = 30, 10
+    with group_server(spark, tmp_path, "sync_mode", "UNIQUE", group_commit_interval_ms=3000) as (doris, _):
+        bodies = ["".join(f"{i * lines + j},v{i}\n" for j in range(lines)) for i in range(loads)]
+        replies = concurrent_loads(doris, bodies)
+        for body in replies:
+            assert body["Status"] == "Success", body
+            assert body["NumberLoadedRows"] == lines and body["NumberTotalRows"] == lines, body
+        seen = counters(doris)
+        assert seen["groups"] == 1 and seen["loads"] == loads, seen
+        assert seen["inline_groups"] == 1 and seen["spark_jobs"] == 1, seen
+        assert doris.rows("d", "SELECT count(*) FROM t") == [[loads * lines]]
