@@ -91,6 +91,10 @@ class TransactionStore:
             if column.split()[0] not in present:
                 self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
         self._lock = threading.Lock()
+        # reads go through a connection of their own (WAL mode: a read sees the last commit and never waits
+        # for a write's sync, e.g. an async load's state check behind a batch of label claims)
+        self._read = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._read_lock = threading.Lock()
         self.label_keep_seconds = label_keep_seconds
         self._claims: list[_Claim] = []  # waiting for the next batch
         self._claiming = False  # a batch is being written
@@ -215,8 +219,8 @@ class TransactionStore:
         if states:
             sql += f" AND state IN ({', '.join('?' for _ in states)})"
             args += states
-        with self._lock:
-            row = self._conn.execute(sql + " ORDER BY txn_id DESC LIMIT 1", args).fetchone()
+        with self._read_lock:
+            row = self._read.execute(sql + " ORDER BY txn_id DESC LIMIT 1", args).fetchone()
         return Txn(*row) if row else None
 
     def in_database(self, db: str, *, label_like: str | None = None, limit: int = 1000) -> list[Txn]:
@@ -226,19 +230,19 @@ class TransactionStore:
         if label_like is not None:
             sql += " AND label LIKE ?"
             args.append(label_like)
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY txn_id DESC LIMIT ?", (*args, limit)).fetchall()
+        with self._read_lock:
+            rows = self._read.execute(sql + " ORDER BY txn_id DESC LIMIT ?", (*args, limit)).fetchall()
         return [Txn(*r) for r in rows]
 
     def get(self, txn_id: int) -> Txn | None:
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM txns WHERE txn_id = ?", (txn_id,)).fetchone()
+        with self._read_lock:
+            row = self._read.execute("SELECT * FROM txns WHERE txn_id = ?", (txn_id,)).fetchone()
         return Txn(*row) if row else None
 
     def label_state(self, db: str, label: str) -> str:
         """The state of the newest transaction with this label, or UNKNOWN (also once expired)."""
-        with self._lock:
-            row = self._conn.execute(
+        with self._read_lock:
+            row = self._read.execute(
                 "SELECT * FROM txns WHERE db = ? AND label = ? ORDER BY txn_id DESC LIMIT 1", (db, label)
             ).fetchone()
         if row is None:
@@ -261,13 +265,13 @@ class TransactionStore:
         elif table is not None:
             sql += " AND (table_uuid = ? OR (table_uuid IS NULL AND tbl = ?))"
             args += [table_uuid, table]
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY txn_id", args).fetchall()
+        with self._read_lock:
+            rows = self._read.execute(sql + " ORDER BY txn_id", args).fetchall()
         return [Txn(*r) for r in rows]
 
     def in_state(self, state: str) -> list[Txn]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM txns WHERE state = ?", (state,)).fetchall()
+        with self._read_lock:
+            rows = self._read.execute("SELECT * FROM txns WHERE state = ?", (state,)).fetchall()
         return [Txn(*r) for r in rows]
 
     def forget_expired(self) -> int:
@@ -280,5 +284,7 @@ class TransactionStore:
         return cur.rowcount
 
     def close(self) -> None:
+        with self._read_lock:
+            self._read.close()
         with self._lock:
             self._conn.close()
