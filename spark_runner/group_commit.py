@@ -82,6 +82,8 @@ MODE_PROPERTY = "group_commit_mode"  # table property: the mode of loads that se
 LOAD_SHIFT = 47  # a row's position in the group: (load index << LOAD_SHIFT) + its position in its payload
 MAX_ERROR_ROWS = 50
 MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed async load
+REJOIN_SHARE = 0.1  # a group formed of queued loads waits this share of the previous group's time for more
+REJOIN_MAX_S = 0.25  # ... and at most this long
 GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
 GROUP_INLINE_MAX_LINES = 65536  # ... and up to this many lines
 # failures after which an acknowledged async load can never commit: its WAL entry goes
@@ -331,8 +333,10 @@ class _Worker:
 
     def _loop(self) -> None:
         queued = self.replayed  # loads were waiting when the previous group ended (or when it started)
+        last = (0, 0.0)  # the previous group's loads and seconds
         while True:
-            batch = self._collect(queued)
+            batch = self._collect(queued, last)
+            started = time.monotonic()
             run = _GroupRun()
             thread = threading.Thread(
                 target=self._commit, args=(batch, run), name=f"{self.thread.name}-job", daemon=True
@@ -340,16 +344,24 @@ class _Worker:
             thread.start()
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
+            last = (len(batch), time.monotonic() - started)
             queued = not self.items.empty()
 
-    def _collect(self, queued: bool) -> list[_Member]:
+    def _collect(self, queued: bool, last: tuple[int, float] = (0, 0.0)) -> list[_Member]:
         """The next group. The first load of an idle worker waits up to the interval for company (Doris's
         `group_commit_interval_ms`); loads that queued while the previous group ran have waited already: they
-        go at once, with whatever else is queued. A full group (`max_loads`) goes at once either way."""
+        go at once, with whatever else is queued, after a short grace (`REJOIN_SHARE` of the previous group's
+        time, at most `REJOIN_MAX_S` and the interval) for the loads the previous group's clients send next, up
+        to as many as that group had: else sync clients split into a group of one straggler and a group of
+        the rest, alternately, and half the groups carry one load. A full group (`max_loads`) goes at once."""
         batch = [self.items.get()]
-        deadline = time.monotonic() + (0.0 if queued else self.owner.interval_s)
+        size, seconds = last
+        grace = min(self.owner.interval_s, REJOIN_MAX_S, REJOIN_SHARE * seconds)
+        deadline = time.monotonic() + (grace if queued else self.owner.interval_s)
         while len(batch) < self.owner.max_loads:
             remaining = deadline - time.monotonic()
+            if queued and len(batch) >= size:  # as many as the previous group: no reason to wait for more
+                remaining = 0.0
             try:
                 batch.append(self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait())
             except queue.Empty:
