@@ -378,6 +378,8 @@ async def receive_body(
         raise
     except Exception as exc:  # the client went away mid-body: the load failed and its label is free
         raise BadRequest(f"failed to receive body: {exc}") from exc
+    if load.compression is None:  # nothing to decompress: no thread hop
+        return staged
     return await anyio.to_thread.run_sync(
         lambda: decompress_staged(
             staged,
