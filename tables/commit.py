@@ -1116,6 +1116,8 @@ def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int
             handle = catalog.load(txn.db, txn.table)
         except Exception:  # the table is gone: nothing of the load can be visible
             handle = None
+        if handle is not None and txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
+            handle = catalog.temporary(handle) or handle  # a load into temporary partitions commits to the companion
         if handle is not None:
             committed = _committed(handle, txn.txn_id)
             if not committed:

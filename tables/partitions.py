@@ -206,9 +206,8 @@ def check_new(partitioning: Partitioning, new: PartitionDef, types: Sequence[Dor
 
     Raises: SqlError on a duplicate name, an empty range, or a range or value another partition holds.
     """
-    if partitioning.find(new.name, temporary=new.temporary) is not None or (
-        new.temporary and partitioning.find(new.name) is not None
-    ):
+    # a name is taken by a formal and a temporary partition alike (Doris's `checkPartitionNameExist`)
+    if partitioning.find(new.name) is not None or partitioning.find(new.name, temporary=True) is not None:
         raise SqlError(f"Duplicate partition name {new.name}")
     others = [p for p in partitioning.partitions if p.temporary == new.temporary]
     if partitioning.kind is PartitionKind.RANGE:
