@@ -83,8 +83,7 @@ def test_loads_into_temporary_partitions_stay_hidden_until_replace(
     assert "no partition for this tuple" in httpx.get(reply["ErrorURL"], auth=AUTH).text
     # a second load into the temporary partition merges with the first (sequence column, then the later load)
     assert_doris_result(_load(doris, db, "t", ["2024-01-07,4,newer,1"], temporary_partitions="tp1"))
-    for _ in range(3):  # the companion's versions run ahead of the table's
-        doris.sql(db, "INSERT INTO t TEMPORARY PARTITION (tp1) VALUES ('2024-01-08', 6, 'ins', 1)")
+    doris.sql(db, "INSERT INTO t TEMPORARY PARTITION (tp1) VALUES ('2024-01-08', 6, 'ins', 1)")
     before = [["2024-01-05", 1, "old", 5], ["2024-01-06", 2, "old", 5], ["2024-02-05", 3, "feb", 1]]
     assert doris.rows(db, "SELECT * FROM t ORDER BY k") == before
     data_dir = server_settings.resolved_data_dir
@@ -102,8 +101,7 @@ def test_loads_into_temporary_partitions_stay_hidden_until_replace(
     assert pyiceberg_rows(data_dir, db, "t") == as_reply(after)
     assert _names(doris, db, "PARTITIONS") == ["p2", "p3", "p1"] and _names(doris, db) == []
     assert doris.rows(db, "SELECT k FROM t PARTITION (p1) ORDER BY k") == [[1], [4], [6]]
-    # a later load wins over the replaced rows by the usual rules: an equal sequence goes to the later load (the
-    # table's versions moved past the companion's, whose last load was after the table's last one)
+    # a later load wins over the replaced rows by the usual rules: an equal sequence goes to the later load
     assert_doris_result(_load(doris, db, "t", ["2024-01-05,1,later,1", "2024-01-07,4,lower,0", "2024-01-08,6,l6,1"]))
     assert doris.rows(db, "SELECT k, v FROM t PARTITION (p1) ORDER BY k") == [[1, "later"], [4, "newer"], [6, "l6"]]
     assert "Unknown partition 'tp1' in table 't'" in _load(doris, db, "t", lines, temporary_partitions="tp1")["Message"]
@@ -211,3 +209,63 @@ def test_merge_on_read_rows_keep_their_order_after_replace(doris: DorisClient, d
     assert doris.rows(db, "SELECT v FROM t") == [["t3"]]
     assert_doris_result(_load(doris, db, "t", ["2024-01-05,1,later,1"]))
     assert doris.rows(db, "SELECT v FROM t") == [["later"]]
+
+
+def test_two_phase_load_into_a_temporary_partition(doris: DorisClient, db: str) -> None:
+    doris.sql(db, MONTHS)
+    doris.sql(db, 'ALTER TABLE t ADD TEMPORARY PARTITION tp1 VALUES [("2024-01-01"), ("2024-02-01"))')
+    txn = doris.precommit(db, "t", b"2024-01-02,1,two,1\n", {"column_separator": ",", "temporary_partitions": "tp1"})
+    assert doris.rows(db, "SELECT k FROM t TEMPORARY PARTITION (tp1)") == []
+    doris.commit_txn(db, txn)
+    assert doris.rows(db, "SELECT k, v FROM t TEMPORARY PARTITION (tp1)") == [[1, "two"]]
+    assert doris.rows(db, "SELECT count(*) FROM t") == [[0]]
+
+
+def test_housekeeping_removes_moved_files_once_no_snapshot_needs_them(spark: Any, tmp_path: Path) -> None:
+    """A REPLACE leaves the moved files where the companion wrote them; after a compaction rewrote them, orphan
+    removal takes them, and never the files the table or the companion still reference."""
+    import time
+
+    from app.main import build_services
+    from app.settings import Settings
+    from spark_runner.compaction import CompactionType
+    from tables.maintenance import run_maintenance
+    from tests.test_compaction import _sql
+
+    settings = Settings(data_dir=tmp_path / "data", compaction_interval_seconds=3600, compaction_base_min_rowsets=2)
+    services = build_services(settings, spark)
+    try:
+        _sql(services, "CREATE DATABASE m")
+        _sql(
+            services,
+            "CREATE TABLE d (k INT, v INT) DUPLICATE KEY(k) PARTITION BY RANGE(k) "
+            '(PARTITION p1 VALUES LESS THAN ("10")) DISTRIBUTED BY HASH(k) BUCKETS 1',
+        )
+        _sql(services, "INSERT INTO d VALUES (1, 1)")
+        _sql(services, 'ALTER TABLE d ADD TEMPORARY PARTITION tp1 VALUES LESS THAN ("10")')
+        for k in (2, 3):
+            _sql(services, f"INSERT INTO d TEMPORARY PARTITION (tp1) VALUES ({k}, {k})")
+        _sql(services, "ALTER TABLE d REPLACE PARTITION (p1) WITH TEMPORARY PARTITION (tp1)")
+        _sql(services, 'ALTER TABLE d ADD TEMPORARY PARTITION tp2 VALUES LESS THAN ("10")')
+        _sql(services, "INSERT INTO d TEMPORARY PARTITION (tp2) VALUES (4, 4)")
+        location = services.catalog.load("m", "d").location
+
+        def housekeeping() -> None:
+            run_maintenance(
+                services.catalog,
+                services.txns,
+                staging=settings.resolved_data_dir / "staging",
+                grace_seconds=0,
+                snapshot_keep_seconds=0,
+                now=time.time() + 10,
+            )
+
+        housekeeping()
+        assert len(list((location / "temporary").rglob("*.parquet"))) == 3  # 2 moved, 1 of tp2: all referenced
+        services.sql.compactor.compact("m", "d", CompactionType.BASE)
+        housekeeping()
+        assert len(list((location / "temporary").rglob("*.parquet"))) == 1  # tp2's
+        assert _sql(services, "SELECT * FROM d ORDER BY k") == [[2, 2], [3, 3]]
+        assert _sql(services, "SELECT * FROM d TEMPORARY PARTITION (tp2)") == [[4, 4]]
+    finally:
+        services.txns.close()
