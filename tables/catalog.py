@@ -347,8 +347,16 @@ class Catalog:
         location = handle.location / "temporary" / uuid.uuid4().hex
         meta = handle.iceberg.metadata
         stored = handle.definition.model_copy(update={"meta_version": handle.current_version()})
+        # no time-unit field: a temporary partition need not be one unit (the REPLACE fits the table's spec)
+        spec = meta.spec()
+        kept = [f for f in spec.fields if f.name in (BUCKET_COL, PARTITION_COL)]
+        specs = {"partition_specs": meta.partition_specs, "default_spec_id": meta.default_spec_id}
+        if len(kept) != len(spec.fields):
+            plain = PartitionSpec(*kept, spec_id=max(s.spec_id for s in meta.partition_specs) + 1)
+            specs = {"partition_specs": [*meta.partition_specs, plain], "default_spec_id": plain.spec_id}
         fresh = meta.model_copy(
             update={
+                **specs,
                 "location": f"file://{location}",
                 "table_uuid": uuid.uuid4(),
                 "properties": {**meta.properties, DEFINITION_PROPERTY: stored.to_json()},

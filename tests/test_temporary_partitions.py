@@ -269,3 +269,25 @@ def test_housekeeping_removes_moved_files_once_no_snapshot_needs_them(spark: Any
         assert _sql(services, "SELECT * FROM d TEMPORARY PARTITION (tp2)") == [[4, 4]]
     finally:
         services.txns.close()
+
+
+def test_a_temporary_partition_across_days_of_a_daily_table(doris: DorisClient, db: str, server_settings: Any) -> None:
+    """The table's spec has Iceberg's `day` transform (every partition is one day); a temporary partition of three
+    days is not, so the companion's files are not partitioned by it, and the REPLACE drops it from the table's."""
+    doris.sql(
+        db,
+        """CREATE TABLE t (d DATE, k INT, v INT) DUPLICATE KEY(d, k)
+        PARTITION BY RANGE(d) (FROM ("2024-01-01") TO ("2024-01-04") INTERVAL 1 DAY)
+        DISTRIBUTED BY HASH(k) BUCKETS 1""",
+    )
+    data_dir = server_settings.resolved_data_dir
+    assert [f.name for f in load_table(data_dir, db, "t").spec().fields][-1] == "d_day"
+    doris.sql(db, 'ALTER TABLE t ADD TEMPORARY PARTITION tp VALUES [("2024-01-01"), ("2024-01-04"))')
+    lines = ["2024-01-01,1,1", "2024-01-02,2,2", "2024-01-03,3,3"]
+    assert_doris_result(_load(doris, db, "t", lines, temporary_partitions="tp"))
+    doris.sql(db, "ALTER TABLE t REPLACE PARTITION (p_20240101, p_20240102, p_20240103) WITH TEMPORARY PARTITION (tp)")
+    assert _names(doris, db, "PARTITIONS") == ["tp"]
+    expected = [["2024-01-01", 1, 1], ["2024-01-02", 2, 2], ["2024-01-03", 3, 3]]
+    assert doris.rows(db, "SELECT * FROM t ORDER BY k") == expected
+    assert [f.name for f in load_table(data_dir, db, "t").spec().fields][-1] == "__DORIS_PARTITION__"
+    assert pyiceberg_rows(data_dir, db, "t") == as_reply(expected)
