@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import TokenType
 
+from spark_runner.sqltext import q
 from sql.ddl import (
     AGGREGATIONS,
     check_new_column_name,
@@ -35,7 +36,7 @@ from sql.partition_ddl import (
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
-from tables.partitions import PartitionKind, replace_with_temporary
+from tables.partitions import PartitionKind, partition_sql, replace_with_temporary
 from tables.schema_change import AddColumn, DropColumn, RenameColumn, SchemaOp, WidenColumn
 from tables.types import DorisType, UnsupportedType
 
@@ -319,7 +320,15 @@ def _replace_partitions(table: TableDef, clause: Clause, dropped: set[int], move
     dropped.update(p.id for p in replaced)
     if moved is not None:
         moved.update(p.id for p in promoted)
-    return table.model_copy(update={"partitioning": partitioning})
+    # the table's DELETE predicates applied to the partitions the temporary ones replace, never to these (Doris keeps
+    # them with the replaced partitions' tablets): each now leaves alone the rows of the promoted partitions
+    only = partitioning.model_copy(update={"partitions": tuple(promoted)})
+    columns = [q(c) for c in partitioning.columns]
+    outside = f"({partition_sql(only, columns, table.partition_types())}) IS NULL"
+    predicates = tuple(
+        pred.model_copy(update={"condition": f"({pred.condition}) AND {outside}"}) for pred in table.delete_predicates
+    )
+    return table.model_copy(update={"partitioning": partitioning, "delete_predicates": predicates})
 
 
 def _find(table: TableDef, name: str) -> ColumnDef:

@@ -401,13 +401,15 @@ def _temporary_name(handle: TableHandle) -> str:
 
 def temporary_definition(table: TableDef, stored: TableDef) -> TableDef:
     """The definition of a table's companion: the table's, routing to its temporary partitions only
-    (`tables.partitions.temporary_partitioning`), with no dynamic partitions, and the companion's own versions."""
+    (`tables.partitions.temporary_partitioning`), with no dynamic partitions, no DELETE predicate (a DELETE on the
+    table never reaches its temporary partitions, as in Doris), and the companion's own versions."""
     assert table.partitioning is not None
     properties = {k: v for k, v in table.properties.items() if not k.startswith("dynamic_partition.")}
     return table.model_copy(
         update={
             "partitioning": temporary_partitioning(table.partitioning),
             "properties": properties,
+            "delete_predicates": (),
             "schema_version": stored.schema_version,
             "meta_version": stored.meta_version,
         }

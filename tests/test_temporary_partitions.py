@@ -170,6 +170,9 @@ def test_list_temporary_partitions_broker_load_and_truncate(doris: DorisClient, 
     )
     assert wait_for_job(doris, db, "into_temporary")["State"] == "FINISHED"
     assert doris.rows(db, "SELECT k FROM l ORDER BY k") == [[1], [2], [3]]
+    # a DELETE on the table reaches neither the temporary partition nor, after the swap, the rows it brings
+    doris.sql(db, "DELETE FROM l PARTITION p_fr WHERE k > 0")
+    assert doris.rows(db, "SELECT k FROM l ORDER BY k") == [[3]]
     assert doris.rows(db, "SELECT k FROM l TEMPORARY PARTITION (tp_fr)") == [[10]]
     assert "2 partition key lists are not matched" in doris.sql_error(
         db, "ALTER TABLE l REPLACE PARTITION (p_it) WITH TEMPORARY PARTITION (tp_fr)"
