@@ -118,6 +118,7 @@ def build_request(db: str, table: str, options: OptionValues, *, limits: InputLi
         and not partial_columns
         and not options.sent("unique_key_update_mode")
         and not options.text("partitions")
+        and not options.text("temporary_partitions")
     )
     if group_commit and group_commit != "off_mode" and plain and options.text("label"):
         raise BadHeader("label and group_commit can't be set at the same time")
@@ -178,7 +179,8 @@ def build_request(db: str, table: str, options: OptionValues, *, limits: InputLi
         partial_update_new_key_behavior=behavior,
         two_phase_commit=two_phase_commit,
         group_commit=group_commit,
-        partitions=partition_names(options.text("partitions") or ""),
+        partitions=partition_names(options.text("partitions") or options.text("temporary_partitions") or ""),
+        temporary_partitions=bool(options.text("temporary_partitions")),
         limits=limits,
     )
 

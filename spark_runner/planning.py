@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tables.catalog import Catalog, TableHandle
 from tables.errors import AnalysisError
 from tables.load_spec import ColumnMapping, Expr, LoadRequest, MergeType
 from tables.model import DELETE_SIGN, HIDDEN_PREFIX, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
@@ -143,6 +144,26 @@ def plan_load(request: LoadRequest, table: TableDef) -> LoadPlan:
         partial=partial,
         inherit_sequence=inherit_sequence,
     )
+
+
+def loaded_target(catalog: Catalog, handle: TableHandle, request: LoadRequest) -> TableHandle:
+    """The table a load writes into: the table, or for a load into temporary partitions its companion, whose
+    partitions are the temporary ones (`tables.catalog.Catalog.temporary`).
+
+    Raises:
+        AnalysisError: temporary partitions named on a table that has none (Doris's ERR_UNKNOWN_PARTITION text).
+    """
+    if not request.temporary_partitions:
+        return handle
+    companion = catalog.temporary(handle) if handle.definition.partitioning is not None else None
+    if (
+        companion is None
+        or companion.definition.partitioning is None
+        or not companion.definition.partitioning.partitions
+    ):
+        name = request.partitions[0] if request.partitions else ""
+        raise AnalysisError(f"Unknown partition '{name}' in table '{handle.definition.name}'")
+    return companion
 
 
 def _named_partitions(request: LoadRequest, table: TableDef) -> frozenset[int] | None:

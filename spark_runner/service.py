@@ -33,7 +33,7 @@ from spark_runner.load_job import (
     run_load_job,
 )
 from spark_runner.mow import DRIVER_RECHECK_ROWS, resolve
-from spark_runner.planning import LoadPlan, plan_load
+from spark_runner.planning import LoadPlan, loaded_target, plan_load
 from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog, TableHandle
@@ -114,7 +114,7 @@ class LoadService:
         started = time.monotonic()
         if backend_stopped(self.spark, wait=0.0):  # refused before the label is claimed, as Doris's FE does
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
-        handle = self.catalog.load(request.db, request.table)
+        handle = loaded_target(self.catalog, self.catalog.load(request.db, request.table), request)
         # the label first, as Doris's FE begins the transaction before it plans the load
         txn_id = self.writer.begin(
             request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)

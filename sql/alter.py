@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import TokenType
 
+from spark_runner.sqltext import q
 from sql.ddl import (
     AGGREGATIONS,
     check_new_column_name,
@@ -35,7 +36,7 @@ from sql.partition_ddl import (
 from sql.tokens import Cursor
 from tables.errors import SqlError
 from tables.model import HIDDEN_PREFIX, SEQUENCE_COL, AlterJob, ColumnDef, KeysType, TableDef
-from tables.partitions import PartitionKind
+from tables.partitions import PartitionKind, partition_sql, replace_with_temporary
 from tables.schema_change import AddColumn, DropColumn, RenameColumn, SchemaOp, WidenColumn
 from tables.types import DorisType, UnsupportedType
 
@@ -55,6 +56,10 @@ class Clause:
     partition: PartitionDesc | None = None  # ADD PARTITION
     batch: BatchDesc | None = None  # ADD PARTITIONS FROM ... TO ... INTERVAL
     if_exists: bool = False  # DROP PARTITION IF EXISTS
+    names: tuple[str, ...] = ()  # REPLACE PARTITION (names) WITH TEMPORARY PARTITION (temp_names)
+    temp_names: tuple[str, ...] = ()
+    strict_range: bool = True
+    use_temp_name: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,32 +145,83 @@ def _clause(cur: Cursor) -> Clause:
 
 
 def _partition_clause(cur: Cursor) -> Clause:
-    """`ADD PARTITION p VALUES ...`, `DROP PARTITION [IF EXISTS] p`; the temporary forms are refused."""
+    """`ADD [TEMPORARY] PARTITION p VALUES ...`, `DROP [TEMPORARY] PARTITION [IF EXISTS] p`, `REPLACE PARTITION (p, ...)
+    WITH TEMPORARY PARTITION (tp, ...) [PROPERTIES ("strict_range" = "true", "use_temp_partition_name" = "false")]`.
+
+    Raises: SqlError with Doris's texts for a REPLACE of other than formal partitions by temporary ones, or an
+    unknown property.
+    """
     verb = cur.next().text.upper()
-    if cur.word() == "TEMPORARY":
-        raise SqlError(f"ALTER TABLE {verb} TEMPORARY PARTITION is not supported by this server yet")
-    if verb == "ADD" and cur.accept("PARTITIONS"):
+    if verb == "REPLACE":
+        return _replace_clause(cur)
+    temporary = cur.accept("TEMPORARY")
+    if verb == "ADD" and not temporary and cur.accept("PARTITIONS"):
         cur.expect("FROM")
         return Clause(kind="ADD PARTITION", batch=parse_batch(cur))
     cur.expect("PARTITION")
+    kind = f"{verb} TEMPORARY PARTITION" if temporary else f"{verb} PARTITION"
     if verb == "ADD":
-        return Clause(kind="ADD PARTITION", partition=parse_partition_desc(cur))
-    if verb == "DROP":
-        if_exists = cur.accept("IF", "EXISTS")
-        name = cur.name()
-        cur.accept("FORCE")
-        return Clause(kind="DROP PARTITION", name=name, if_exists=if_exists)
-    raise SqlError("ALTER TABLE REPLACE PARTITION is not supported by this server yet")
+        return Clause(kind=kind, partition=parse_partition_desc(cur))
+    if_exists = cur.accept("IF", "EXISTS")
+    name = cur.name()
+    cur.accept("FORCE")
+    return Clause(kind=kind, name=name, if_exists=if_exists)
 
 
-PARTITION_CLAUSES = ("ADD PARTITION", "DROP PARTITION", "SET")  # no schema change, no ALTER job
+def _names(cur: Cursor) -> tuple[bool, tuple[str, ...]]:
+    """`[TEMPORARY] PARTITION[S] (a, b)` (or one name without parentheses): whether temporary, and the names."""
+    temporary = cur.accept("TEMPORARY")
+    if not cur.accept("PARTITIONS"):
+        cur.expect("PARTITION")
+    if not cur.accept_type(TokenType.L_PAREN):
+        return temporary, (cur.name(),)
+    names = [cur.name()]
+    while cur.accept_type(TokenType.COMMA):
+        names.append(cur.name())
+    cur.expect_type(TokenType.R_PAREN, ")")
+    return temporary, tuple(names)
+
+
+REPLACE_PROPERTIES = ("strict_range", "use_temp_partition_name")
+
+
+def _replace_clause(cur: Cursor) -> Clause:
+    formal_temporary, names = _names(cur)
+    cur.expect("WITH")
+    temporary, temp_names = _names(cur)
+    if formal_temporary or not temporary:
+        raise SqlError("Only support replace partitions with temp partitions")
+    props = parse_properties(cur) if cur.accept("PROPERTIES") else {}
+    unknown = [k for k in props if k.lower() not in REPLACE_PROPERTIES]
+    if unknown:
+        raise SqlError(f"Unknown properties: {{{', '.join(f'{k}={props[k]}' for k in unknown)}}}")
+    flags = {k.lower(): v.strip().lower() == "true" for k, v in props.items()}
+    return Clause(
+        kind="REPLACE PARTITION",
+        names=names,
+        temp_names=temp_names,
+        strict_range=flags.get("strict_range", True),
+        use_temp_name=flags.get("use_temp_partition_name", False),
+    )
+
+
+# no schema change, no ALTER job
+PARTITION_CLAUSES = (
+    "ADD PARTITION",
+    "DROP PARTITION",
+    "SET",
+    "ADD TEMPORARY PARTITION",
+    "DROP TEMPORARY PARTITION",
+    "REPLACE PARTITION",
+)
 
 
 def plan_alter(
-    alter: AlterTable, dropped: set[int] | None = None
+    alter: AlterTable, dropped: set[int] | None = None, moved: set[int] | None = None
 ) -> Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]]:
     """The change as a function of the current definition and the change's version; the ids of the partitions it
-    drops are added to `dropped` (their files go in the same commit: `tables.commit.remove_partitions`).
+    drops are added to `dropped` (their files go in the same commit: `tables.commit.remove_partitions`), those of
+    the temporary partitions a REPLACE makes formal to `moved` (`tables.commit.TableWriter.replace_partitions`).
 
     The function raises SqlError with Doris's wording when a rule is broken; nothing is applied then.
     """
@@ -173,11 +229,16 @@ def plan_alter(
     def change(before: TableDef, version: int) -> tuple[TableDef, list[SchemaOp]]:
         ops: list[SchemaOp] = []
         table = before
+        if before.partitioning is not None and any(p.temporary for p in before.partitioning.partitions):
+            if any(c.kind not in PARTITION_CLAUSES for c in alter.clauses):
+                raise SqlError("Can not alter table when there are temp partitions in table")
         for clause in alter.clauses:
-            if clause.kind == "ADD PARTITION":
+            if clause.kind in ("ADD PARTITION", "ADD TEMPORARY PARTITION"):
                 table = _add_partition(table, clause)
-            elif clause.kind == "DROP PARTITION":
+            elif clause.kind in ("DROP PARTITION", "DROP TEMPORARY PARTITION"):
                 table = _drop_partition(table, clause, dropped if dropped is not None else set())
+            elif clause.kind == "REPLACE PARTITION":
+                table = _replace_partitions(table, clause, dropped if dropped is not None else set(), moved)
             elif clause.kind == "SET":
                 table = _set_properties(table, clause)
             else:
@@ -204,8 +265,9 @@ def _add_partition(table: TableDef, clause: Clause) -> TableDef:
         assert clause.partition is not None
         descs = [clause.partition]
     partitioning = table.partitioning
+    temporary = clause.kind == "ADD TEMPORARY PARTITION"
     for desc in descs:
-        partitioning = add_partition(partitioning, desc, types, created=created)
+        partitioning = add_partition(partitioning, desc, types, created=created, temporary=temporary)
     return table.model_copy(update={"partitioning": partitioning})
 
 
@@ -233,7 +295,7 @@ def _set_properties(table: TableDef, clause: Clause) -> TableDef:
 def _drop_partition(table: TableDef, clause: Clause, dropped: set[int]) -> TableDef:
     if table.partitioning is None:
         raise SqlError(f"Table[{table.name}] is not a partitioned table")
-    found = table.partitioning.find(clause.name)
+    found = table.partitioning.find(clause.name, temporary=clause.kind == "DROP TEMPORARY PARTITION")
     if found is None:
         if clause.if_exists:
             return table
@@ -241,6 +303,32 @@ def _drop_partition(table: TableDef, clause: Clause, dropped: set[int]) -> Table
     dropped.add(found.id)
     kept = tuple(p for p in table.partitioning.partitions if p.id != found.id)
     return table.model_copy(update={"partitioning": table.partitioning.model_copy(update={"partitions": kept})})
+
+
+def _replace_partitions(table: TableDef, clause: Clause, dropped: set[int], moved: set[int] | None) -> TableDef:
+    """`REPLACE PARTITION (...) WITH TEMPORARY PARTITION (...)` (`tables.partitions.replace_with_temporary`)."""
+    if table.partitioning is None:
+        raise SqlError(f"Table[{table.name}] is not a partitioned table")
+    partitioning, replaced, promoted = replace_with_temporary(
+        table.partitioning,
+        clause.names,
+        clause.temp_names,
+        table.partition_types(),
+        strict_range=clause.strict_range,
+        use_temp_name=clause.use_temp_name,
+    )
+    dropped.update(p.id for p in replaced)
+    if moved is not None:
+        moved.update(p.id for p in promoted)
+    # the table's DELETE predicates applied to the partitions the temporary ones replace, never to these (Doris keeps
+    # them with the replaced partitions' tablets): each now leaves alone the rows of the promoted partitions
+    only = partitioning.model_copy(update={"partitions": tuple(promoted)})
+    columns = [q(c) for c in partitioning.columns]
+    outside = f"({partition_sql(only, columns, table.partition_types())}) IS NULL"
+    predicates = tuple(
+        pred.model_copy(update={"condition": f"({pred.condition}) AND {outside}"}) for pred in table.delete_predicates
+    )
+    return table.model_copy(update={"partitioning": partitioning, "delete_predicates": predicates})
 
 
 def _find(table: TableDef, name: str) -> ColumnDef:

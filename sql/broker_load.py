@@ -29,7 +29,7 @@ from sqlglot import TokenType
 from loaders.headers import build_request
 from loaders.options import OptionValues, statement_options
 from spark_runner.load_job import POS
-from spark_runner.planning import plan_load
+from spark_runner.planning import loaded_target, plan_load
 from spark_runner.service import LoadService, PreparedLoad, format_reader
 from sql.ddl import parse_properties
 from sql.results import ExecStatus, ResultSet
@@ -123,15 +123,16 @@ def parse_load(text: str, current_db: str | None) -> BrokerLoad:
     negative = cur.accept("NEGATIVE")
     cur.expect("INTO", "TABLE")
     table = cur.name()
-    if cur.accept("TEMPORARY", "PARTITION"):
-        raise SqlError("TEMPORARY PARTITION in LOAD is not supported by this server yet")
+    temporary = cur.accept("TEMPORARY")
     if cur.accept("PARTITION"):  # rows of other partitions are filtered, as with the `partitions` header
         cur.expect_type(TokenType.L_PAREN, "(")
         names = [cur.name()]
         while cur.accept_type(TokenType.COMMA):
             names.append(cur.name())
         cur.expect_type(TokenType.R_PAREN, ")")
-        options["partitions"] = ", ".join(names)
+        options["temporary_partitions" if temporary else "partitions"] = ", ".join(names)
+    elif temporary:
+        raise cur.error("PARTITION")
     columns: list[str] = []
     while not cur.accept_type(TokenType.R_PAREN):
         if cur.accept("COLUMNS", "TERMINATED", "BY"):
@@ -233,7 +234,7 @@ class BrokerLoads:
         """
         load = parse_load(text, current_db)
         request = self._request(load)
-        handle = self.loads.catalog.load(load.db, load.table)
+        handle = loaded_target(self.loads.catalog, self.loads.catalog.load(load.db, load.table), request)
         plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
         self._resolve(load)
         task_info = f"cluster:N/A; timeout(s):{request.timeout_s}; max_filter_ratio:{request.max_filter_ratio}"

@@ -148,14 +148,25 @@ def use(ctx: SqlContext, target: Target, session: Session) -> ExecStatus:
 def alter_table(ctx: SqlContext, alter: AlterTable, session: Session) -> ExecStatus:
     """The change is planned against the table as it is when its version turn comes (`plan_alter`)."""
     require_table(session.privileges, Priv.ALTER, "ALTER", alter.db or session.db, alter.table)
-    table = ctx.catalog.load(alter.db or session.db, alter.table).definition
+    handle = ctx.catalog.load(alter.db or session.db, alter.table)
+    table = handle.definition
     dropped: set[int] = set()
-    change, iceberg = partition_change(plan_alter(alter, dropped), dropped)
+    moved: set[int] = set()
+    planned = plan_alter(alter, dropped, moved)
     kinds = {c.kind for c in alter.clauses}
-    # a partition added changes no schema (loads planned before it just do not route to it); a partition dropped
-    # does, so that no load planned before it writes into it afterwards
-    schema = not kinds <= set(PARTITION_CLAUSES) or "DROP PARTITION" in kinds
-    new = ctx.writer.alter(table.db, table.name, change, schema=schema, iceberg=iceberg)
+    temps = {p.id for p in table.partitioning.partitions if p.temporary} if table.partitioning is not None else set()
+    if "ADD TEMPORARY PARTITION" in kinds and (not temps or ctx.catalog.temporary(handle) is None):
+        ctx.catalog.create_temporary(handle)  # the first temporary partition gets a fresh companion table
+    if "REPLACE PARTITION" in kinds:
+        new = ctx.writer.replace_partitions(table.db, table.name, planned, dropped=dropped, moved=moved)
+    else:
+        change, iceberg = partition_change(planned, dropped)
+        # a partition added changes no schema (loads planned before it just do not route to it); a partition
+        # dropped does, so that no load planned before it writes into it afterwards
+        schema = not kinds <= set(PARTITION_CLAUSES) or "DROP PARTITION" in kinds
+        new = ctx.writer.alter(table.db, table.name, change, schema=schema, iceberg=iceberg)
+    if "DROP TEMPORARY PARTITION" in kinds:
+        ctx.writer.forget_temporary(table.db, table.name, dropped & temps)
     if "SET" in kinds and check_table(new) is not None:  # dynamic partitions turned on or changed: apply now
         schedule_table(ctx.writer, new, lambda: dt.datetime.now(dt.UTC))
     return ExecStatus()

@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from spark_runner.queries import QueryViews, first_value, query_width
 from sql.context import SqlContext
+from sql.partition_filter import temporary_names
 from sql.privileges import require_table
 from sql.results import ExecStatus
 from sql.select import parse_query, run_query
@@ -52,11 +53,13 @@ def insert_target(tree: exp.Insert) -> tuple[exp.Table, list[str] | None]:
     raise SqlError("INSERT target must be a table")
 
 
-def _partition_clause(table: exp.Table) -> tuple[str, ...]:
-    """`INSERT INTO t PARTITION (p1, p2)`: rows of other partitions are filtered, as with the `partitions`
-    header."""
+def _partition_clause(table: exp.Table) -> tuple[tuple[str, ...], bool]:
+    """`INSERT INTO t [TEMPORARY] PARTITION (p1, p2)`: rows of other partitions are filtered, as with the
+    `partitions` (`temporary_partitions`) header; the names, and whether they are temporary partitions."""
     clause = table.args.get("partition")
-    return tuple(e.name for e in clause.expressions) if isinstance(clause, exp.Partition) else ()
+    temporary = temporary_names(clause)
+    names = tuple(e.name for e in clause.expressions) if isinstance(clause, exp.Partition) else ()
+    return names, temporary
 
 
 def values_rows(tree: exp.Insert, evaluate: Evaluate) -> list[list[str | None]] | None:
@@ -100,6 +103,7 @@ def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatu
     if not isinstance(source, (exp.Values, exp.Query)):
         raise SqlError("INSERT takes VALUES or a query")
     rows = values_rows(tree, lambda node: evaluate(ctx, node, session))
+    partitions, temporary = _partition_clause(table_node)
     partial = session.flag("enable_unique_key_partial_update") and columns is not None
     request = insert_request(
         db=table.db, table=table.name, columns=columns, strict=session.flag("enable_insert_strict")
@@ -107,7 +111,8 @@ def run_insert(ctx: SqlContext, tree: exp.Insert, session: Session) -> ExecStatu
         update={
             "partial_columns": partial and table.is_unique and table.merge_on_write,
             "partial_update_new_key_behavior": session.variables.get("partial_update_new_key_behavior", "APPEND"),
-            "partitions": _partition_clause(table_node),
+            "partitions": partitions,
+            "temporary_partitions": temporary,
         }
     )
     width = len(columns) if columns is not None else len(table.columns)

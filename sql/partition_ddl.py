@@ -35,6 +35,7 @@ from tables.partitions import (
     least,
     less_than_lower,
     parse_value,
+    temporary_partitioning,
 )
 from tables.types import DorisType
 
@@ -303,7 +304,8 @@ def add_partition(
         if desc.less_than is not None:
             upper = _full(desc.less_than, width, fill=MAXVALUE if desc.less_than == (MAXVALUE,) else MINVALUE)
             upper = tuple(_canon(v, t) for v, t in zip(upper, types, strict=True))
-            source = partitioning if not temporary else partitioning.model_copy(update={"partitions": ()})
+            # a temporary partition's lower bound comes from the temporary partitions alone (Doris)
+            source = partitioning if not temporary else temporary_partitioning(partitioning)
             lower = less_than_lower(source, upper, types)
             new = new.model_copy(update={"lower": lower, "upper": upper})
         else:

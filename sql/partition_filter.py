@@ -15,12 +15,70 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlglot import exp
+import sqlglot
+from sqlglot import TokenType, exp
 
 from sql.bucket_filter import table_filter
+from tables.catalog import Catalog, TableHandle
 from tables.errors import SqlError
 from tables.model import TableDef
 from tables.partitions import MAXVALUE, MINVALUE, PartitionDef, PartitionKind, parse_value
+
+# `TEMPORARY PARTITION (tp, ...)` reaches sqlglot (which reads no such clause) as `PARTITION (<mark>, tp, ...)`: no
+# partition name starts with `_` (Doris's rule), so the mark cannot be a name
+TEMPORARY_MARK = "__DORIS_TEMPORARY__"
+
+
+def mark_temporary_partitions(text: str) -> str:
+    """The statement with each `TEMPORARY PARTITION[S] (names)` (or `... name`) rewritten to the marked
+    `PARTITION (...)` that `temporary_names` reads back; strings and comments untouched."""
+    if "TEMPORARY" not in text.upper():
+        return text
+    try:
+        tokens = sqlglot.tokenize(text, dialect="doris")
+    except sqlglot.errors.TokenError:
+        return text
+    out: list[str] = []
+    last = 0
+    for i, tok in enumerate(tokens[:-2]):
+        if tok.text.upper() != "TEMPORARY" or tokens[i + 1].text.upper() not in ("PARTITION", "PARTITIONS"):
+            continue
+        following = tokens[i + 2]
+        out.append(text[last : tok.start])
+        if following.token_type == TokenType.L_PAREN:
+            out.append(f"PARTITION ({TEMPORARY_MARK}, ")
+        else:
+            out.append(f"PARTITION ({TEMPORARY_MARK}, {text[following.start : following.end + 1]})")
+        last = following.end + 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+def temporary_names(clause: exp.Expression | None) -> bool:
+    """Whether a PARTITION clause named temporary partitions (`mark_temporary_partitions`); takes the mark off."""
+    if not isinstance(clause, exp.Partition) or not clause.expressions:
+        return False
+    if clause.expressions[0].name != TEMPORARY_MARK:
+        return False
+    clause.set("expressions", clause.expressions[1:])
+    return True
+
+
+def temporary_target(catalog: Catalog, handle: TableHandle, table: exp.Table) -> TableHandle:
+    """The table a reference reads: the table, or for `FROM t TEMPORARY PARTITION (tp)` its companion, which holds
+    the temporary partitions (`tables.catalog.Catalog.temporary`).
+
+    Raises: SqlError with Doris's text for temporary partitions of a table that has none.
+    """
+    clause = table.args.get("partition")
+    if not temporary_names(clause):
+        return handle
+    assert isinstance(clause, exp.Partition)
+    companion = catalog.temporary(handle) if handle.definition.partitioning is not None else None
+    if companion is None:
+        name = clause.expressions[0].name if clause.expressions else ""
+        raise SqlError(f"Unknown partition '{name}' in table '{handle.definition.name}'")
+    return companion
 
 
 def query_partitions(table: exp.Table, definition: TableDef) -> frozenset[int] | None:

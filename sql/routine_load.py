@@ -75,6 +75,7 @@ class CreateRoutineLoad:
     source: dict[str, str]
     comment: str
     partitions: str | None = None  # `PARTITION(p1, p2)`: rows of other partitions are filtered
+    temporary_partitions: bool = False  # `TEMPORARY PARTITION(tp1, tp2)`: the names are temporary partitions
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
         if merge_type not in ("APPEND", "DELETE", "MERGE"):
             raise SqlError(f"Syntax error: unknown merge type {merge_type}, expected APPEND, DELETE or MERGE")
     separator = columns = where = delete_on = sequence = partitions = None
+    temporary = False
     while True:
         if cur.accept("COLUMNS", "TERMINATED", "BY"):
             separator = cur.string()
@@ -223,6 +225,8 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
             sequence = cur.name()
         elif cur.accept("PARTITION"):
             partitions = _parenthesised_raw(cur)
+        elif cur.accept("TEMPORARY", "PARTITION"):
+            partitions, temporary = _parenthesised_raw(cur), True
         elif cur.word() in ("TEMPORARY", "PRECEDING"):
             raise SqlError(f"{cur.word()} clause of routine load is not supported by this server yet")
         else:
@@ -245,6 +249,7 @@ def _create(cur: Cursor) -> CreateRoutineLoad:
         delete_on=delete_on,
         sequence_col=sequence,
         partitions=partitions,
+        temporary_partitions=temporary,
         properties=properties,
         source_type=source_type,
         source=source,
@@ -390,7 +395,7 @@ def batch_request(stmt: CreateRoutineLoad, spec: RoutineLoadSpec, table: str) ->
         "where": stmt.where,
         "delete": stmt.delete_on,
         "function_column.sequence_col": stmt.sequence_col,
-        "partitions": stmt.partitions,
+        "temporary_partitions" if stmt.temporary_partitions else "partitions": stmt.partitions,
     }
     sent |= {name: text for name, text in clauses.items() if text}
     if stmt.column_separator is not None:

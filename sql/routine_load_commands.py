@@ -7,7 +7,7 @@ import re
 import time
 from datetime import datetime
 
-from spark_runner.planning import plan_load
+from spark_runner.planning import loaded_target, plan_load
 from spark_runner.routine_load import RoutineLoadManager
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.routine_load import (
@@ -88,12 +88,13 @@ def run_routine_load_statement(
 
 def _create(stmt: CreateRoutineLoad, current_db: str, manager: RoutineLoadManager, catalog: Catalog) -> None:
     spec = build_spec(stmt, current_db, min_batch_rows=manager.min_batch_rows, cert_dir=manager.cert_dir)
-    table = catalog.load(spec.db, spec.table).definition
+    handle = catalog.load(spec.db, spec.table)
+    table = handle.definition
     if spec.merge_type != "APPEND" and not table.is_unique:
         raise SqlError("load by MERGE or DELETE is only supported in unique tables.")
     try:  # the batches' load must plan against the table: refuse a job whose every batch would fail
         request = batch_request(stmt, spec, table.name)
-        plan_load(request, table)
+        plan_load(request, loaded_target(catalog, handle, request).definition)
     except LoadError as exc:
         raise SqlError(exc.text) from None
     manager.create(spec.model_copy(update={"table": table.name, "request": request}))

@@ -31,7 +31,7 @@ from sql.bucket_filter import pinned_values
 from sql.context import QueryLimits, SqlContext
 from sql.functions import ALLOWED_FUNCTIONS
 from sql.information_schema import INFORMATION_SCHEMA, information_schema_view
-from sql.partition_filter import query_partitions
+from sql.partition_filter import mark_temporary_partitions, query_partitions, temporary_target
 from sql.privileges import require_table
 from sql.results import ResultSet
 from sql.session import Session
@@ -65,7 +65,7 @@ _CALL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 def parse_query(text: str) -> exp.Expression:
     try:
-        tree = sqlglot.parse_one(text, dialect="doris")
+        tree = sqlglot.parse_one(mark_temporary_partitions(text), dialect="doris")
     except ParseError as exc:
         detail = exc.errors[0] if exc.errors else {}
         raise SqlError(f"Syntax error: {detail.get('description', exc)}") from None
@@ -223,6 +223,7 @@ def bind_tables(
             handle = catalog.load(table_db or db, name)
         except DorisError as exc:
             raise SqlError(exc.message) from None
+        handle = temporary_target(catalog, handle, table)
         partitions = query_partitions(table, handle.definition)
         pinned = pinned_values(table, handle.definition)
         view = views.merged_view(handle, show_hidden=show_hidden, pinned=pinned, partitions=partitions)

@@ -211,6 +211,9 @@ def show_partitions(ctx: SqlContext, stmt: ShowPartitions, session: Session) -> 
     require_visible_table(session.privileges, "SHOW PARTITIONS", target.db, target.table)
     handle = ctx.catalog.load(target.db, target.table)
     table = handle.definition
+    if stmt.temporary and table.partitioning is not None:
+        # the rows of temporary partitions are in the table's companion (`tables.catalog.Catalog.temporary`)
+        handle = ctx.catalog.temporary(handle) or handle
     figures = _figures(handle)
     times = _version_times(handle)
     rows: list[list[Any]] = []

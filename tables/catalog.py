@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
-from tables.partitions import PARTITION_COL, aligned_unit
+from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
 
@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 VERSION_PROPERTY = "doris.version"
 INITIAL_VERSION = 1
+# The companion tables holding temporary partitions (`Catalog.temporary`): one namespace no statement sees, a
+# table named by the uuid of the table whose temporary partitions it holds
+TEMPORARY_NAMESPACE = "__doris_temporary_partitions"
 
 
 class _SqlCatalog(SqlCatalog):
@@ -253,7 +256,7 @@ class Catalog:
                 raise AlreadyExists(f"Can't create database '{db}'; database exists") from None
 
     def list_databases(self) -> list[str]:
-        return sorted(ns[0] for ns in self._iceberg.list_namespaces())
+        return sorted(ns[0] for ns in self._iceberg.list_namespaces() if ns[0] != TEMPORARY_NAMESPACE)
 
     def database_exists(self, db: str) -> bool:
         return db in self.list_databases()
@@ -347,6 +350,7 @@ class Catalog:
         A broken table is dropped as well (its catalog entry; its files when the guard allows).
         """
         location: Path | None
+        handle: TableHandle | None = None
         try:
             handle = self.load(db, table)
             name, location = handle.iceberg.name()[-1], handle.location
@@ -360,6 +364,8 @@ class Catalog:
         location = location or others.get((db, name))
         others.pop((db, name), None)
         self._iceberg.drop_table((db, name))
+        if handle is not None:
+            self.drop_temporary(handle)  # its files lie under the table's location, removed with it
         if location is not None and not remove_tree(location, [self.warehouse], others=others.values()):
             log.warning("dropped table %s.%s; its files at %s stay where they are", db, name, location)
 
@@ -371,4 +377,109 @@ class Catalog:
         query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location)
         with Session(self._iceberg.engine) as session:
             rows = session.execute(query.where(IcebergTables.catalog_name == self._iceberg.name)).all()
-        return {(ns, name): Path(_plain_path(meta)).parent.parent for ns, name, meta in rows if meta}
+        return {
+            (ns, name): Path(_plain_path(meta)).parent.parent
+            for ns, name, meta in rows
+            if meta and ns != TEMPORARY_NAMESPACE  # a companion lies inside its table's location
+        }
+
+    # -- temporary partitions ---------------------------------------------------------------
+    def temporary(self, handle: TableHandle) -> TableHandle | None:
+        """The companion of a table: the Iceberg table holding the rows of its temporary partitions (None when it
+        has none yet). Its definition is the table's own with the temporary partitions as its partitions (their
+        ids and ranges), and the versions and schema version its own commits recorded.
+
+        Raises: BrokenTable when the companion cannot be read.
+        """
+        identifier = (TEMPORARY_NAMESPACE, _temporary_name(handle))
+        try:
+            iceberg = self._iceberg.load_table(identifier)
+            stored = TableDef.from_json(iceberg.properties[DEFINITION_PROPERTY])
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        except UNREADABLE as exc:
+            log.warning("temporary partitions of %s cannot be read: %s", handle.definition.name, _first_line(exc))
+            raise BrokenTable(handle.definition.db, handle.definition.name) from exc
+        return TableHandle(definition=temporary_definition(handle.definition, stored), iceberg=iceberg)
+
+    def create_temporary(self, handle: TableHandle) -> TableHandle:
+        """A new, empty companion for the table (replacing any earlier one, whose catalog entry goes; its files
+        stay: rows a REPLACE PARTITION moved into the table are among them).
+
+        It is made from the table's own metadata, so its schema, field ids and partition specs are the table's
+        and its files can join the table as they are. It lies under the table's location (`temporary/<uuid>`), so
+        dropping the table removes it, and it is not in `table_locations`: maintenance and listings never see it.
+        """
+        from pyiceberg.serializers import ToOutputFile
+
+        identifier = (TEMPORARY_NAMESPACE, _temporary_name(handle))
+        location = handle.location / "temporary" / uuid.uuid4().hex
+        meta = handle.iceberg.metadata
+        stored = handle.definition.model_copy(update={"meta_version": handle.current_version()})
+        # no time-unit field: a temporary partition need not be one unit (the REPLACE fits the table's spec)
+        spec = meta.spec()
+        kept = [f for f in spec.fields if f.name in (BUCKET_COL, PARTITION_COL)]
+        specs = {"partition_specs": meta.partition_specs, "default_spec_id": meta.default_spec_id}
+        if len(kept) != len(spec.fields):
+            plain = PartitionSpec(*kept, spec_id=max(s.spec_id for s in meta.partition_specs) + 1)
+            specs = {"partition_specs": [*meta.partition_specs, plain], "default_spec_id": plain.spec_id}
+        fresh = meta.model_copy(
+            update={
+                **specs,
+                "location": f"file://{location}",
+                "table_uuid": uuid.uuid4(),
+                "properties": {**meta.properties, DEFINITION_PROPERTY: stored.to_json()},
+                "current_snapshot_id": None,
+                "snapshots": [],
+                "snapshot_log": [],
+                "metadata_log": [],
+                "refs": {},
+                "statistics": [],
+                "partition_statistics": [],
+                "last_sequence_number": 0,
+            }
+        )
+        path = location / "metadata" / f"00000-{uuid.uuid4()}.metadata.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ToOutputFile.table_metadata(fresh, handle.iceberg.io.new_output(f"file://{path}"))
+        with self._ddl_lock:
+            try:
+                self._iceberg.create_namespace(TEMPORARY_NAMESPACE)
+            except NamespaceAlreadyExistsError:
+                pass
+            try:
+                self._iceberg.drop_table(identifier)
+            except NoSuchTableError:
+                pass
+            self._iceberg.register_table(identifier, f"file://{path}")
+        created = self.temporary(handle)
+        assert created is not None
+        return created
+
+    def drop_temporary(self, handle: TableHandle) -> None:
+        """Forget the table's companion (its catalog entry; its files lie under the table's location)."""
+        try:
+            self._iceberg.drop_table((TEMPORARY_NAMESPACE, _temporary_name(handle)))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            pass
+
+
+def _temporary_name(handle: TableHandle) -> str:
+    return handle.iceberg.metadata.table_uuid.hex
+
+
+def temporary_definition(table: TableDef, stored: TableDef) -> TableDef:
+    """The definition of a table's companion: the table's, routing to its temporary partitions only
+    (`tables.partitions.temporary_partitioning`), with no dynamic partitions, no DELETE predicate (a DELETE on the
+    table never reaches its temporary partitions, as in Doris), and the companion's own versions."""
+    assert table.partitioning is not None
+    properties = {k: v for k, v in table.properties.items() if not k.startswith("dynamic_partition.")}
+    return table.model_copy(
+        update={
+            "partitioning": temporary_partitioning(table.partitioning),
+            "properties": properties,
+            "delete_predicates": (),
+            "schema_version": stored.schema_version,
+            "meta_version": stored.meta_version,
+        }
+    )

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
@@ -440,6 +440,9 @@ class TableWriter:
         planned = current.table_uuid
         if handle is not None and (planned is None or table_identity(handle) == planned):
             return handle
+        companion = self._catalog.temporary(handle) if handle is not None else None
+        if companion is not None and table_identity(companion) == planned:
+            return companion  # a load into temporary partitions
         error = TableDropped(planned or f"{txn.db}.{txn.table}")
         with self._deciding(txn.txn_id):
             self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), ABORTED, reason=error.message)
@@ -632,24 +635,153 @@ class TableWriter:
 
     def truncate(self, db: str, table: str, partitions: AbstractSet[int] | None = None) -> None:
         """Remove every row of a table (of some of its partitions) in one snapshot, keeping its schema and version
-        counter."""
+        counter. A whole table's truncation drops its temporary partitions too, with their files (Doris's
+        `dropAllTempPartitions`)."""
         handle = self._catalog.load(db, table)
         turnstile = self._turnstile(handle)
         version = turnstile.take()
+        companion: TableHandle | None = None
         try:
             with turnstile.turn(version):
                 handle.iceberg.refresh()
+                current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+                temps = current.partitioning is not None and any(p.temporary for p in current.partitioning.partitions)
                 if partitions is not None:
                     live = files_of_partitions(handle.iceberg, partitions)
                 else:
                     live = [f.file_path for f in live_data_files(handle.iceberg)]
                     live += [f.file_path for f in live_delete_files(handle.iceberg)]
-                if live:
+                    companion = self._catalog.temporary(handle)
+                if live or (partitions is None and temps):
                     with _CachedMetadataTransaction(handle.iceberg) as tx:
-                        with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
-                            delta.remove(live)
+                        if live:
+                            with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
+                                delta.remove(live)
+                        if partitions is None and temps and current.partitioning is not None:
+                            formal = current.partitioning.formal()
+                            kept = current.partitioning.model_copy(update={"partitions": formal})
+                            emptied = current.model_copy(update={"partitioning": kept})
+                            tx.set_properties({DEFINITION_PROPERTY: emptied.to_json()})
+                if companion is not None:
+                    # no snapshot of the table references its files any more: they go with its catalog entry
+                    self._catalog.drop_temporary(handle)
+                    remove_tree(companion.location, [self._catalog.warehouse])
         finally:
             turnstile.done(version)
+
+    def replace_partitions(
+        self,
+        db: str,
+        table: str,
+        change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
+        *,
+        dropped: AbstractSet[int],
+        moved: AbstractSet[int],
+    ) -> TableDef:
+        """`ALTER TABLE ... REPLACE PARTITION (p) WITH TEMPORARY PARTITION (tp)` in one snapshot of the table: the
+        files of the replaced partitions (`dropped`, filled by `change`) out, the data and delete files of the
+        temporary ones (`moved`) in as they are (they carry their partition's id, which stays), and the new
+        definition. Then the companion forgets them.
+
+        It holds the companion's commit turn and then the table's: a load into a temporary partition commits
+        before it or fails after it (the companion's schema version moves on). The table's version counter first
+        moves past every version the companion handed out, so the moved rows stay older than any later load of
+        the table and a later load of the partition wins over them by the usual rules.
+        """
+        handle = self._catalog.load(db, table)
+        companion = self._catalog.temporary(handle)
+        if companion is None:
+            return self.alter(db, table, change)  # no temporary partition: the change raises Doris's error
+        theirs = self._turnstile(companion)
+        their_version = theirs.take()
+        try:
+            with theirs.turn(their_version):
+                refresh_same_table(companion, table_identity(companion))
+                mine = self._turnstile(handle)
+                with mine.cond:
+                    mine.next_version = max(mine.next_version, theirs.next_version)
+                version = mine.take()
+                try:
+                    with mine.turn(version):
+                        new = self._replace(handle, companion, change, version, dropped, moved)
+                        mine.last_metadata = handle.iceberg.metadata_location
+                finally:
+                    mine.done(version)
+                self._forget_partitions(companion, moved, their_version, remove=False)
+                theirs.last_metadata = companion.iceberg.metadata_location
+                return new
+        finally:
+            theirs.done(their_version)
+
+    def _replace(
+        self,
+        handle: TableHandle,
+        companion: TableHandle,
+        change: Callable[[TableDef, int], tuple[TableDef, list[SchemaOp]]],
+        version: int,
+        dropped: AbstractSet[int],
+        moved: AbstractSet[int],
+    ) -> TableDef:
+        handle.iceberg.refresh()
+        current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+        new, _ = change(current, version)
+        new = new.model_copy(update={"meta_version": version, "schema_version": version})
+        gone = files_of_partitions(handle.iceberg, dropped)
+        theirs = [*live_data_files(companion.iceberg), *live_delete_files(companion.iceberg)]
+        theirs = [f for f in theirs if file_partition(companion.iceberg, f) in moved]
+        data = [f.file_path for f in theirs if f.content == DataFileContent.DATA and f.record_count > 0]
+        deletes = [plain_path(f.file_path) for f in theirs if f.content != DataFileContent.DATA]
+        summary = {"doris.replace_partitions": ",".join(str(i) for i in sorted(moved)), VERSION_PROPERTY: str(version)}
+        with handle.iceberg.transaction() as tx:
+            fit_time_field(lambda: new)(tx, version)
+            added = [parquet_file_to_data_file(tx._table.io, tx.table_metadata, path) for path in data]  # noqa: SLF001
+            spec_id = tx.table_metadata.default_spec_id
+            placed = split_by_partition(
+                deletes,
+                {f.file_path: (spec_id, f.partition) for f in added},
+                default_partition(tx._table),  # noqa: SLF001
+            )
+            if gone or added or placed:
+                with RowDelta(tx, summary) as delta:
+                    delta.remove(gone)
+                    for data_file in added:
+                        delta.add(data_file)
+                    for path, partition in placed:
+                        delta.add(delete_file_entry(path, partition))
+            tx.set_properties({DEFINITION_PROPERTY: new.to_json()})
+        return new
+
+    def forget_temporary(self, db: str, table: str, ids: AbstractSet[int]) -> None:
+        """After `DROP TEMPORARY PARTITION`: the companion drops the partitions' files (from disk too: no snapshot
+        of the table ever held them), in its commit turn, and its schema version moves on so that a load into them
+        planned before fails instead of committing rows no partition shows."""
+        handle = self._catalog.load(db, table)
+        companion = self._catalog.temporary(handle)
+        if companion is None or not ids:
+            return
+        theirs = self._turnstile(companion)
+        their_version = theirs.take()
+        try:
+            with theirs.turn(their_version):
+                refresh_same_table(companion, table_identity(companion))
+                self._forget_partitions(companion, ids, their_version, remove=True)
+                theirs.last_metadata = companion.iceberg.metadata_location
+        finally:
+            theirs.done(their_version)
+
+    def _forget_partitions(self, companion: TableHandle, ids: AbstractSet[int], version: int, *, remove: bool) -> None:
+        companion.iceberg.refresh()
+        paths = files_of_partitions(companion.iceberg, ids)
+        stored = TableDef.from_json(companion.iceberg.properties[DEFINITION_PROPERTY])
+        stored = stored.model_copy(update={"schema_version": version, "meta_version": version})
+        with _CachedMetadataTransaction(companion.iceberg) as tx:
+            if paths:
+                with RowDelta(tx, {VERSION_PROPERTY: str(version)}) as delta:
+                    delta.remove(paths)
+            tx.set_properties({DEFINITION_PROPERTY: stored.to_json()})
+        if remove:
+            for path in paths:
+                Path(plain_path(path)).unlink(missing_ok=True)
 
 
 def files_of_partitions(table: Table, ids: AbstractSet[int]) -> list[str]:
@@ -984,6 +1116,8 @@ def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int
             handle = catalog.load(txn.db, txn.table)
         except Exception:  # the table is gone: nothing of the load can be visible
             handle = None
+        if handle is not None and txn.table_uuid is not None and table_identity(handle) != txn.table_uuid:
+            handle = catalog.temporary(handle) or handle  # a load into temporary partitions commits to the companion
         if handle is not None:
             committed = _committed(handle, txn.txn_id)
             if not committed:

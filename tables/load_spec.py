@@ -93,6 +93,7 @@ class LoadRequest(BaseModel):
     two_phase_commit: bool = False
     group_commit: Literal["async_mode", "sync_mode", "off_mode"] | None = None  # None: the table property decides
     partitions: tuple[str, ...] = ()  # the `partitions` header: rows of other partitions are filtered
+    temporary_partitions: bool = False  # `partitions` names temporary partitions (the `temporary_partitions` header)
     limits: InputLimits = InputLimits()
 
 

@@ -86,17 +86,36 @@ def referenced_files(handle: TableHandle) -> set[str]:
 
 
 def remove_orphans(
-    handle: TableHandle, protected: set[int], *, grace_seconds: float, now: float, root: Path | None = None
+    handle: TableHandle,
+    protected: set[int],
+    *,
+    grace_seconds: float,
+    now: float,
+    root: Path | None = None,
+    companion: TableHandle | None = None,
 ) -> int:
     """Remove rowset files of this table that no snapshot references; returns how many.
 
-    Only files strictly inside `root` (the table's location once the caller checked it) are removed.
+    Only files strictly inside `root` (the table's location once the caller checked it) are removed. The files of
+    its temporary partitions' companions (`temporary/<uuid>/data`, `tables.catalog.Catalog.create_temporary`) go
+    when neither the table nor its current `companion` references them: a REPLACE PARTITION moved some into the
+    table, and a compaction or a DROP PARTITION later left them.
     """
     root = root or handle.location
-    data_dir = handle.location / "data"
-    if not data_dir.is_dir():
-        return 0
     referenced = referenced_files(handle)
+    if companion is not None:
+        referenced |= referenced_files(companion)
+    data_dirs = [handle.location / "data", *sorted((handle.location / "temporary").glob("*/data"))]
+    return sum(
+        _remove_unreferenced(d, referenced, protected, grace_seconds=grace_seconds, now=now, root=root)
+        for d in data_dirs
+        if d.is_dir()
+    )
+
+
+def _remove_unreferenced(
+    data_dir: Path, referenced: set[str], protected: set[int], *, grace_seconds: float, now: float, root: Path
+) -> int:
     removed = 0
     for txn_dir in data_dir.iterdir():
         txn_id = _txn_id_of(txn_dir.name)
@@ -151,7 +170,10 @@ def run_maintenance(
             handle = catalog.load(db, name)
             others = [loc for key, loc in locations.items() if key != (db, name)]
             root = removable_path(handle.location, [catalog.warehouse], others=others)
-            report.files_removed += remove_orphans(handle, protected, grace_seconds=grace_seconds, now=now, root=root)
+            companion = catalog.temporary(handle) if handle.definition.partitioned else None
+            report.files_removed += remove_orphans(
+                handle, protected, grace_seconds=grace_seconds, now=now, root=root, companion=companion
+            )
         except (DatabaseNotFound, TableNotFound):
             continue  # dropped while the pass ran
         except BrokenTable:

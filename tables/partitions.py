@@ -206,9 +206,8 @@ def check_new(partitioning: Partitioning, new: PartitionDef, types: Sequence[Dor
 
     Raises: SqlError on a duplicate name, an empty range, or a range or value another partition holds.
     """
-    if partitioning.find(new.name, temporary=new.temporary) is not None or (
-        new.temporary and partitioning.find(new.name) is not None
-    ):
+    # a name is taken by a formal and a temporary partition alike (Doris's `checkPartitionNameExist`)
+    if partitioning.find(new.name) is not None or partitioning.find(new.name, temporary=True) is not None:
         raise SqlError(f"Duplicate partition name {new.name}")
     others = [p for p in partitioning.partitions if p.temporary == new.temporary]
     if partitioning.kind is PartitionKind.RANGE:
@@ -477,3 +476,126 @@ def _one_unit(p: PartitionDef, unit: str | None, t: DorisType) -> bool:
 
 def _as_moment(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day)
+
+
+# -- temporary partitions ------------------------------------------------------------------------------
+def temporary_partitioning(partitioning: Partitioning) -> Partitioning:
+    """The partitioning a load into (or a read of) the table's temporary partitions routes by: its temporary
+    partitions as the only partitions (their own ranges: Doris checks overlaps among them alone), nothing AUTO."""
+    temps = tuple(p.model_copy(update={"temporary": False}) for p in partitioning.partitions if p.temporary)
+    return partitioning.model_copy(update={"partitions": temps, "auto": False, "auto_unit": None})
+
+
+def replace_with_temporary(
+    partitioning: Partitioning,
+    names: Sequence[str],
+    temp_names: Sequence[str],
+    types: Sequence[DorisType],
+    *,
+    strict_range: bool,
+    use_temp_name: bool,
+) -> tuple[Partitioning, list[PartitionDef], list[PartitionDef]]:
+    """`REPLACE PARTITION (names) WITH TEMPORARY PARTITION (temp_names)`, as Doris's `OlapTable.replaceTempPartitions`:
+    the new partitioning, the formal partitions replaced and the temporary ones that take their place (their ids
+    kept: their files carry them). With `strict_range` the ranges (values) must cover exactly what the replaced
+    partitions did; without, they must not meet the partitions that stay. The new formal partitions keep the
+    replaced ones' names when as many replace as are replaced, unless `use_temp_name`.
+
+    Raises: SqlError with Doris's texts.
+    """
+    formal: list[PartitionDef] = []
+    for name in names:
+        found = partitioning.find(name)
+        if found is None:
+            raise SqlError(f"Partition[{name}] does not exist")
+        formal.append(found)
+    temps: list[PartitionDef] = []
+    for name in dict.fromkeys(temp_names):  # a name listed twice counts once, as in Doris
+        found = partitioning.find(name, temporary=True)
+        if found is None:
+            raise SqlError(f"Temp partition[{name}] does not exist")
+        temps.append(found)
+    replaced_ids = {p.id for p in formal}
+    staying = [p for p in partitioning.formal() if p.id not in replaced_ids]
+    if partitioning.kind is PartitionKind.RANGE:
+        if strict_range:
+            _ranges_match(formal, temps, types)
+        else:
+            for t in sorted_ranges(temps, types):
+                low, high = _rank(t.lower, types), _rank(t.upper, types)
+                for other in staying:
+                    if _rank(other.lower, types) < high and low < _rank(other.upper, types):
+                        raise SqlError(f"Range: {_guava_range(t, types)} conflicts with existing range")
+    else:
+        mine = {_list_key(v, types): v for p in temps for v in p.values}
+        if strict_range:
+            theirs = {_list_key(v, types): v for p in formal for v in p.values}
+            if set(mine) != set(theirs):
+                shown = [_list_text(p.values) for p in formal], [_list_text(p.values) for p in temps]
+                raise SqlError(f"2 partition key lists are not matched. {shown[0]} vs. {shown[1]}")
+        else:
+            for other in staying:
+                for value in other.values:
+                    if _list_key(value, types) in mine:
+                        raise SqlError(
+                            f"The partition key[({', '.join(v or 'NULL' for v in value)})] in partition item"
+                            f"[{other.name}] is conflict"
+                        )
+    rename = not use_temp_name and len(formal) == len(temps)
+    promoted = [
+        t.model_copy(update={"temporary": False, **({"name": formal[i].name} if rename else {})})
+        for i, t in enumerate(temps)
+    ]
+    temp_ids = {t.id for t in temps}
+    kept = [p for p in partitioning.partitions if p.id not in replaced_ids and p.id not in temp_ids]
+    return partitioning.model_copy(update={"partitions": (*kept, *promoted)}), formal, promoted
+
+
+def _ranges_match(formal: list[PartitionDef], temps: list[PartitionDef], types: Sequence[DorisType]) -> None:
+    """Doris's `RangeUtils.checkPartitionItemListsMatch`: both lists cover the same values, split anywhere."""
+    ones = [(p.lower, p.upper) for p in sorted(formal, key=lambda p: _rank(p.lower, types))]
+    twos = [(p.lower, p.upper) for p in sorted(temps, key=lambda p: _rank(p.lower, types))]
+    i = j = 0
+    one, two = ones[0], twos[0]
+    while True:
+        if _rank(one[0], types) != _rank(two[0], types):
+            raise SqlError(
+                f"2 range lists are not stricly matched. {_key_text(one[0], types)} vs. {_key_text(two[0], types)}"
+            )
+        upper_one, upper_two = _rank(one[1], types), _rank(two[1], types)
+        if upper_one == upper_two:
+            i, j = i + 1, j + 1
+            if i == len(ones) or j == len(twos):
+                break
+            one, two = ones[i], twos[j]
+        elif upper_one > upper_two:
+            j += 1
+            if j == len(twos):
+                break
+            one, two = (two[1], one[1]), twos[j]
+        else:
+            i += 1
+            if i == len(ones):
+                break
+            one, two = ones[i], (one[1], two[1])
+    if i < len(ones) or j < len(twos):
+        shown_one = ", ".join(_guava_bounds(low, high, types) for low, high in ones)
+        shown_two = ", ".join(_guava_bounds(low, high, types) for low, high in twos)
+        raise SqlError(f"2 range lists are not stricly matched. [{shown_one}] vs. [{shown_two}]")
+
+
+def _key_text(bound: Sequence[str], types: Sequence[DorisType]) -> str:
+    """A bound as Doris's `PartitionKey.toString` prints it: `types: [INT]; keys: [10]; `."""
+    return describe_bound(bound, types)
+
+
+def _guava_bounds(lower: Sequence[str], upper: Sequence[str], types: Sequence[DorisType]) -> str:
+    return f"[{describe_bound(lower, types)}..{describe_bound(upper, types)})"
+
+
+def _guava_range(p: PartitionDef, types: Sequence[DorisType]) -> str:
+    return _guava_bounds(p.lower, p.upper, types)
+
+
+def _list_text(values: Sequence[Sequence[str | None]]) -> str:
+    return "[" + ", ".join("(" + ", ".join(v or "NULL" for v in value) + ")" for value in values) + "]"

@@ -12,6 +12,7 @@ from sql.alter import AlterTable, Clause, parse_alter, plan_alter
 from sql.broker_load import parse_load
 from sql.catalog_statements import Truncate
 from sql.ddl import parse_create_table
+from sql.partition_ddl import PartitionDesc
 from sql.routine_load import JobCommand, ShowRoutineLoad, ShowRoutineLoadTask, parse_routine_load
 from sql.statements import statement_kind
 from sql.tokens import Cursor, Target
@@ -188,6 +189,43 @@ def test_create_table_refuses(text: str, message: str) -> None:
             ),
             id="enable-feature",
         ),
+        pytest.param(
+            'ALTER TABLE t ADD TEMPORARY PARTITION tp VALUES LESS THAN ("10"), DROP TEMPORARY PARTITION IF EXISTS x',
+            AlterTable(
+                db=None,
+                table="t",
+                clauses=(
+                    Clause(kind="ADD TEMPORARY PARTITION", partition=PartitionDesc(name="tp", less_than=("10",))),
+                    Clause(kind="DROP TEMPORARY PARTITION", name="x", if_exists=True),
+                ),
+            ),
+            id="temporary-partitions",
+        ),
+        pytest.param(
+            "ALTER TABLE t REPLACE PARTITION (p1, p2) WITH TEMPORARY PARTITION (tp1) "
+            'PROPERTIES ("strict_range" = "false", "use_temp_partition_name" = "TRUE")',
+            AlterTable(
+                db=None,
+                table="t",
+                clauses=(
+                    Clause(
+                        kind="REPLACE PARTITION",
+                        names=("p1", "p2"),
+                        temp_names=("tp1",),
+                        strict_range=False,
+                        use_temp_name=True,
+                    ),
+                ),
+            ),
+            id="replace",
+        ),
+        pytest.param(
+            "ALTER TABLE t REPLACE PARTITION p1 WITH TEMPORARY PARTITION tp1",
+            AlterTable(
+                db=None, table="t", clauses=(Clause(kind="REPLACE PARTITION", names=("p1",), temp_names=("tp1",)),)
+            ),
+            id="replace-one-without-parentheses",
+        ),
     ],
 )
 def test_alter_parses(text: str, expected: AlterTable) -> None:
@@ -316,14 +354,19 @@ def test_broker_load_parses(text: str, expected: tuple[str, str, str, list[str]]
     assert (load.db, load.label, load.table, load.paths) == expected
 
 
+def test_broker_load_into_temporary_partitions() -> None:
+    load = parse_load("LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t TEMPORARY PARTITION (tp1, tp2))", "cur")
+    assert load.options["temporary_partitions"] == "tp1, tp2" and "partitions" not in load.options
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         pytest.param("LOAD LABEL l1 (DATA INFILE('/a.csv') INTO TABLE t)", "No database selected", id="no-database"),
         pytest.param(
-            "LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t TEMPORARY PARTITION (p1))",
-            "TEMPORARY PARTITION in LOAD is not supported by this server yet",
-            id="partition",
+            "LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t TEMPORARY (p1))",
+            "Syntax error at line 1, column 63: expected PARTITION, found '('",
+            id="temporary-without-partition",
         ),
         pytest.param(
             "LOAD LABEL d.l1 (DATA INFILE('/a.csv') INTO TABLE t PRECEDING FILTER k > 1)",
@@ -389,7 +432,10 @@ def test_routine_load_create_parses() -> None:
         "source": {"kafka_broker_list": "h:9092", "kafka_topic": "topic"},
         "comment": "c",
         "partitions": None,
+        "temporary_partitions": False,
     }
+    temporary = parse_routine_load("CREATE ROUTINE LOAD j ON t TEMPORARY PARTITION (tp1, tp2) FROM KAFKA ('a' = 'b')")
+    assert (temporary.partitions, temporary.temporary_partitions) == ("tp1, tp2", True)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -407,9 +453,9 @@ def test_routine_load_create_parses() -> None:
             id="merge-type",
         ),
         pytest.param(
-            "CREATE ROUTINE LOAD j ON t TEMPORARY PARTITION (p) FROM KAFKA ()",
+            "CREATE ROUTINE LOAD j ON t TEMPORARY (p) FROM KAFKA ()",
             "TEMPORARY clause of routine load is not supported by this server yet",
-            id="partition",
+            id="temporary-without-partition",
         ),
         pytest.param(
             "RESUME ROUTINE LOAD FOR j extra",
