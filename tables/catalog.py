@@ -37,7 +37,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 from pyiceberg.types import IntegerType, NestedField
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
@@ -74,6 +74,14 @@ class _SqlCatalog(SqlCatalog):
         super().__init__(name, **properties)
         self._parsed: dict[str, tuple[TableMetadata, FileIO]] = {}
         self._parsed_lock = threading.Lock()
+        # built once: composing the statement cost ~0.3 ms per load, ten times running it
+        query = select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == self.name,
+            IcebergTables.table_namespace == bindparam("ns"),
+            IcebergTables.table_name == bindparam("name"),
+        )
+        type_filter = self._iceberg_type_filter()
+        self._location_query = query if type_filter is None else query.where(type_filter)
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # kept in the file: every connection uses it
@@ -81,15 +89,8 @@ class _SqlCatalog(SqlCatalog):
     def load_table(self, identifier: str | tuple[str, ...]) -> Table:
         namespace = SqlCatalog.namespace_to_string(SqlCatalog.namespace_from(identifier))
         table_name = SqlCatalog.table_name_from(identifier)
-        stmt = select(IcebergTables.metadata_location).where(
-            IcebergTables.catalog_name == self.name,
-            IcebergTables.table_namespace == namespace,
-            IcebergTables.table_name == table_name,
-        )
-        if (type_filter := self._iceberg_type_filter()) is not None:
-            stmt = stmt.where(type_filter)
         with self.engine.connect() as conn:
-            location = conn.execute(stmt).scalar()
+            location = conn.execute(self._location_query, {"ns": namespace, "name": table_name}).scalar()
         with self._parsed_lock:
             parsed = self._parsed.get(location) if location else None
         if location is None or parsed is None:  # no such table (pyiceberg raises), or not parsed yet
