@@ -33,7 +33,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
 from pyiceberg.typedef import Record
 
-from tables.catalog import VERSION_PROPERTY, BrokenTable, Catalog, TableHandle
+from tables.catalog import VERSION_PROPERTY, BrokenTable, Catalog, TableHandle, updated_metadata
 from tables.errors import (
     DatabaseNotFound,
     DorisError,
@@ -1075,7 +1075,7 @@ class _CachedMetadataTransaction(Transaction):
         base, updates = self._table.metadata, self._updates
         cached = self._cached
         if cached is None or cached[0] is not base or cached[1] is not updates:
-            cached = self._cached = (base, updates, super().table_metadata)
+            cached = self._cached = (base, updates, updated_metadata(base, updates))
         return cached[2]
 
 
