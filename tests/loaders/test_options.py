@@ -36,6 +36,7 @@ EXAMPLES = {
     "send_batch_parallelism": "2",
     "load_stream_per_node": "4",
     "partitions": "p1, p2",
+    "temporary_partitions": "tp1, tp2",
 }
 # headers an option needs beside it to be accepted
 CONTEXT = {"delete": {"merge_type": "MERGE"}, "merge_type": {"delete": "k = 1"}, "jsonpaths": {"format": "json"}}
