@@ -73,6 +73,11 @@ def build_session(
 ) -> SparkSession:
     """Build (or get) the process's SparkSession with the settings every job relies on.
 
+    `master` is passed to Spark as given (`local[*]`, `spark://host:7077`, `k8s://...`). No Python code runs on
+    executors (no UDFs, `mapInArrow` or RDD lambdas; keep it so): an executor on another node needs only the JVM
+    and Spark's jars, never this code or a matching Python. What executors read and write lives under the
+    shared dir (`spark_runner.cluster`).
+
     The JVM is started in its own session, so a signal sent to the server's process group (Ctrl-C,
     `systemctl stop`) reaches only Python, which drains loads in flight before it exits; the JVM
     still exits with Python, when its stdin pipe closes.
