@@ -90,7 +90,8 @@ def test_one_shared_volume_at_the_shared_dir_everywhere_and_the_data_volume_in_t
         assert mounts(worker) == {shared: server[shared]}  # the same volume at the same path; not the data
     assert set(compose["volumes"]) == set(server.values())
     # the image's user owns the shared dir, so a fresh volume there is writable (Docker copies the ownership)
-    runs = " ".join(i["value"] for i in DockerfileParser(str(ROOT / "Dockerfile")).structure if i["instruction"] == "RUN")
+    structure = DockerfileParser(str(ROOT / "Dockerfile")).structure
+    runs = " ".join(i["value"] for i in structure if i["instruction"] == "RUN")
     assert re.search(rf"chown \S+ [^&]*{re.escape(shared)}\b", runs), runs
     assert settings.resolved_warehouse.is_relative_to(Path(shared).resolve())
 
