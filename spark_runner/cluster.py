@@ -55,8 +55,14 @@ def master_addresses(master: str) -> list[tuple[str, int]]:
         return []
     out = []
     for part in master.removeprefix("spark://").split(","):
-        host, _, port = part.strip().rpartition(":")
-        out.append((host.strip("[]"), int(port) if port.isdigit() else 7077))
+        part = part.strip()
+        if part.startswith("["):  # [::1]:7077
+            host, _, rest = part[1:].partition("]")
+            port = rest.removeprefix(":")
+        else:
+            host, sep, port = part.rpartition(":")
+            host, port = (host, port) if sep else (part, "")
+        out.append((host, int(port) if port.isdigit() else 7077))
     return out
 
 
