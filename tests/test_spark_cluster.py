@@ -35,7 +35,7 @@ CONF = {
     "spark.driver.host": "127.0.0.1",  # the executors connect back to the server's JVM
     "spark.executor.memory": "640m",
 }
-LOST_AFTER = 15  # SL_SPARK_CLUSTER_CHECK_TIMEOUT_SECONDS: the start-up check, and a session without executors
+LOST_AFTER = 45  # SL_SPARK_CLUSTER_CHECK_TIMEOUT_SECONDS: the start-up check, and a session without executors
 
 
 class Layout:
@@ -139,8 +139,8 @@ def big_sequence_body(rows: int) -> bytes:
 
 
 def scenario(doris: DorisClient, broker: Path) -> dict[str, Any]:
-    """Every load path once (big sequence load, partial update, group commit, broker load, compaction, INSERT)
-    and the queries whose answers the cluster must share with a local run."""
+    """Every load path once (big sequence load, partial update, group commit sync and async, JSON, two-phase,
+    schema change, broker load, INSERT, compaction) and the queries whose answers a local run must share."""
     db = new_db(doris)
     answers: dict[str, Any] = {}
     csv = {"column_separator": ","}
@@ -181,6 +181,32 @@ def scenario(doris: DorisClient, broker: Path) -> dict[str, Any]:
         thread.join()
     assert [r["Status"] for r in replies] == ["Success"] * 12, replies
     answers["group_commit"] = doris.rows(db, "SELECT count(*), sum(k), sum(v) FROM g")
+
+    # async group commit: acknowledged first, visible once its group commits
+    for n in range(6):
+        reply = doris.stream_load(db, "g", f"{1000 + n},{n}\n", {**csv, "group_commit": "async_mode"}).json()
+        assert reply["Status"] == "Success", reply
+    deadline = time.monotonic() + 120
+    while doris.rows(db, "SELECT count(*) FROM g WHERE k >= 1000") != [[6]]:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    answers["group_commit_async"] = doris.rows(db, "SELECT count(*), sum(k), sum(v) FROM g")
+
+    # JSON lines, and a two-phase load committed after its precommit
+    doris.sql(db, "CREATE TABLE j (k INT, name VARCHAR(16), n DOUBLE) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2")
+    lines = "".join(json.dumps({"k": i % 700, "name": f"n{i}", "n": i / 4}) + "\n" for i in range(1000))
+    json_lines = {"format": "json", "read_json_by_line": "true"}
+    assert_doris_result(doris.stream_load(db, "j", lines, json_lines), loaded=1000)
+    txn = doris.precommit(db, "j", b'{"k": 5000, "name": "2pc", "n": 1.5}', json_lines)
+    assert doris.rows(db, "SELECT count(*) FROM j WHERE k = 5000") == [[0]]
+    doris.commit_txn(db, txn)
+    answers["json_2pc"] = doris.rows(db, "SELECT count(*), min(name), max(name), sum(n) FROM j")
+
+    # a schema change, then a load that fills the new column
+    doris.sql(db, "ALTER TABLE j ADD COLUMN tag VARCHAR(8) NOT NULL DEFAULT 'old'")
+    tagged = "".join(f"{i},t{i},{i},new\n" for i in range(650, 750))
+    assert_doris_result(doris.stream_load(db, "j", tagged, {**csv, "columns": "k,name,n,tag"}), loaded=100)
+    answers["schema_change"] = doris.rows(db, "SELECT tag, count(*), sum(n) FROM j GROUP BY tag ORDER BY tag")
 
     # a broker load from the shared storage, as the user names the file
     source = broker / f"{db}.csv"
