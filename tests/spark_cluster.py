@@ -126,6 +126,11 @@ class SparkCluster:
                 raise RuntimeError(f"{count} Spark workers did not register:\n{self.log('master')[-3000:]}")
             time.sleep(0.5)
 
+    def tasks_started(self, index: int) -> int:
+        """Tasks the executors of worker `index` have started so far (their `Running task` log lines)."""
+        logs = (self.root / f"worker-{index}").glob("app-*/*/stderr")
+        return sum(path.read_text(errors="replace").count("Running task") for path in logs)
+
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes] | None) -> None:
         if proc is None:

@@ -320,21 +320,21 @@ def test_a_worker_killed_during_a_bulk_load_leaves_all_or_nothing(
     def load() -> None:
         reply.update(doris.stream_load(db, "t", body, {"column_separator": ","}, timeout=600).json())
 
+    started = [spark_cluster.tasks_started(i) for i in range(2)]
     loader = threading.Thread(target=load)
     loader.start()
-    # kill a worker once the load's job runs on the executors (its tasks show in the master's view as cores used)
-    deadline = time.monotonic() + 120
-    while not any(w["coresused"] for w in spark_cluster.state()["workers"]) or time.monotonic() < deadline - 115:
-        assert time.monotonic() < deadline and loader.is_alive()
-        time.sleep(0.2)
-    time.sleep(1.0)
-    spark_cluster.kill_worker(0)
+    # kill the worker whose executor first runs a task of the load (after the body is received and split)
+    deadline = time.monotonic() + 300
+    while (busy := [i for i in range(2) if spark_cluster.tasks_started(i) > started[i]]) == []:
+        assert time.monotonic() < deadline and loader.is_alive(), reply
+        time.sleep(0.05)
+    spark_cluster.kill_worker(busy[0])
     loader.join(timeout=600)
     assert reply, "no reply"
     expected = [[rows, rows, rows]] if reply["Status"] == "Success" else [[0, 0, None]]
     assert state_of(doris, db) == expected, reply
     assert reply["Status"] == "Success", reply  # Spark reran the lost tasks on the other worker
-    spark_cluster.start_worker(0)
+    spark_cluster.start_worker(busy[0])
     spark_cluster.wait_for_workers(2)
 
 
