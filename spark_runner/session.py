@@ -39,6 +39,11 @@ BASE_CONF: dict[str, str] = {
     # Reads name their data files one by one (from the Iceberg manifests); past 32 paths Spark would list
     # them with a job of its own (measured: a query over 33 rowsets took twice as long as over 31)
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # On a cluster, a task whose input "lives" on a host waits up to this long for an executor there: a `file:`
+    # path on shared storage reports `localhost`, which no executor matches, so every scan stage waited 3 s
+    # (Spark's default) before running anywhere. Shared storage has no locality to wait for; an HDFS
+    # deployment may set it back in SL_SPARK_CONF.
+    "spark.locality.wait": "0s",
 }
 
 
