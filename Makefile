@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint bench openapi clean
+.PHONY: install run test test-full test-fast lint bench openapi clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: install lint
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends default-mysql-client-core \
 	  >/dev/null 2>&1 || echo "mysql client not installed: the tests that use it are skipped"
 	$(PY) -m pytest -q
+
+# everything, with the tests marked `cluster` (minutes: a Spark standalone cluster, tests/test_spark_cluster.py)
+test-full: install lint
+	$(PY) -m pytest -q -m "cluster or not cluster"
 
 # the tests marked `unit` (tests/conftest.py marks every test from the fixtures it uses): no Spark, no server
 test-fast: $(STAMP)

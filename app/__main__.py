@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         server.run(sockets=[listen(settings.host, settings.port), listen(settings.host, settings.be_port)])
     else:
         server.run()
-    return 0
+    # a lifespan that failed (a Spark cluster check, say) has logged why; supervisors see a failed start
+    return 0 if server.started else 3
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -38,6 +37,7 @@ def build_services(
     """Create the SparkSession (unless given), catalog, transaction table, writer and every service, recover
     what a stop left unfinished, and return them as the one `Services`."""
     from loaders.headers import parse_load_request
+    from spark_runner.cluster import ClusterProblem, ExecutorWatch, check_cluster, is_local, master_problem
     from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
@@ -51,20 +51,40 @@ def build_services(
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.model import STORAGE_FORMAT
+    from tables.paths import remove_tree
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
     from tables.source_paths import SourcePolicy
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
 
+    # the data dir is the server's alone (SQLite catalog and stores, error logs): only this process reads it;
+    # the shared dir holds every file a Spark executor reads or writes (on a cluster, every node mounts it)
     data_dir = settings.resolved_data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
+    shared_dir = settings.resolved_shared_dir
+    shared_dir.mkdir(parents=True, exist_ok=True)
 
     def new_session() -> SparkSession:
+        if (problem := master_problem(settings.spark_master)) is not None:
+            raise ClusterProblem(problem)
         return build_session(master=settings.spark_master, conf=settings.spark_conf)
 
-    # every service gets the handle: a JVM that stops is replaced under them (spark_runner/supervisor.py)
-    handle = SparkHandle(spark if spark is not None else new_session(), new_session)
+    on_cluster = not is_local(settings.spark_master)
+    # every service gets the handle: a JVM that stops is replaced under them (spark_runner/supervisor.py); on a
+    # cluster, so is a session the cluster lost (its master restarted) (spark_runner/cluster.py)
+    handle = SparkHandle(
+        spark if spark is not None else new_session(),
+        new_session,
+        probe=ExecutorWatch(settings.spark_cluster_check_timeout_seconds) if on_cluster else None,
+    )
+    if on_cluster:
+        try:
+            check_cluster(handle.current(), shared_dir, timeout=settings.spark_cluster_check_timeout_seconds)
+        except ClusterProblem as exc:
+            log.error("Spark cluster check failed: %s", exc.message)
+            raise
+        log.info("Spark cluster check passed: %s, shared dir %s", settings.spark_master, shared_dir)
     spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
@@ -74,11 +94,14 @@ def build_services(
     visible, aborted = recover_prepared(catalog, txns)
     if visible or aborted:
         log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
-    # nothing is in flight at start-up: every staged body belongs to a load that did not finish
-    shutil.rmtree(data_dir / "staging", ignore_errors=True)
+    # nothing is in flight at start-up: every staged body belongs to a load that did not finish (an earlier
+    # release staged under the data dir)
+    for staging in dict.fromkeys([settings.staging_dir, data_dir / "staging"]):
+        remove_tree(staging, [data_dir, shared_dir])
     writer = TableWriter(
         catalog, txns, pauses=PausePoints(settings.pause_at), snapshot_keep_count=settings.snapshot_keep_count
     )
+    # error logs are written and served by this process alone (from rows collected to it): driver-only
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
     policy = CompactionPolicy(
         min_rowsets=settings.compaction_min_rowsets,
@@ -95,7 +118,7 @@ def build_services(
         loads=loads,
         store=routine_store,
         txns=txns,
-        staging_dir=data_dir / "staging",
+        staging_dir=settings.staging_dir,
         min_batch_rows=settings.routine_load_min_batch_rows,
         cert_dir=settings.kafka_cert_dir,
     )
@@ -103,6 +126,7 @@ def build_services(
     # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
     server_roots = [
         data_dir,
+        shared_dir,
         settings.resolved_warehouse,
         *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
     ]
@@ -122,7 +146,8 @@ def build_services(
         loads=loads,
         group_commit=GroupCommitter(
             loads=loads,
-            data_dir=data_dir,
+            # Spark reads the group's payloads: hard links to staged bodies and WAL files, one filesystem
+            data_dir=shared_dir,
             interval_ms=settings.group_commit_interval_ms,
             max_loads=settings.group_commit_max_loads,
             retry_num=settings.group_commit_replay_wal_retry_num,
@@ -180,7 +205,8 @@ async def maintenance_loop(services: Services) -> None:
                 run_maintenance,
                 services.catalog,
                 services.txns,
-                staging=settings.resolved_data_dir / "staging",
+                staging=settings.staging_dir,
+                error_logs=settings.resolved_data_dir / "error_log",
                 grace_seconds=settings.orphan_grace_seconds,
                 snapshot_keep_seconds=settings.snapshot_keep_seconds,
                 snapshot_keep_count=settings.snapshot_keep_count,

@@ -18,11 +18,37 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
     port: int = Field(8030, description="HTTP port (Doris FE's http_port).")
-    data_dir: Path = Field(Path("./data"), description="Holds catalog, warehouse, staging, error logs, transactions.")
-    spark_master: str = Field("local[*]", description="Spark master URL; local Spark by default.")
-    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, as a JSON object.")
+    data_dir: Path = Field(
+        Path("./data"),
+        description="Holds the catalog, transactions, labels and error logs (read by the server alone); also the "
+        "shared dir's files unless `shared_dir` is set.",
+    )
+    shared_dir: Path | None = Field(
+        None,
+        description="Folder every Spark node mounts at the same path (NFS, EFS, a cluster filesystem): staged "
+        "bodies, the files a load splits, group-commit payloads and, by default, the warehouse: every file an "
+        "executor reads or writes. Default: data_dir (enough for a local master).",
+    )
+    spark_master: str = Field(
+        "local[*]",
+        description="Spark master URL, passed to Spark as given: `local[*]` by default, `spark://host:7077` for a "
+        "standalone cluster (checked at start: see `spark_cluster_check_timeout_seconds`), `k8s://...`, `yarn`.",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark settings, as a JSON object: e.g. `spark.executor.memory`, `spark.cores.max`, "
+        "`spark.dynamicAllocation.enabled` for a shared cluster.",
+    )
+    spark_cluster_check_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="With a master other than `local`: at start, how long an executor may take to register and run "
+        "a job that reads a file the server wrote under the shared dir and writes one back; the server exits "
+        "naming the problem otherwise. While serving, how long the session may be left without executors (its "
+        "master restarted) before a new session is built.",
+    )
     catalog_uri: str | None = Field(None, description="SQL catalog URI; default: SQLite file under data_dir.")
-    warehouse: Path | None = Field(None, description="Warehouse folder; default: data_dir/warehouse.")
+    warehouse: Path | None = Field(None, description="Warehouse folder; default: shared_dir/warehouse.")
     root_password: SecretStr = Field(
         SecretStr(""),
         description="Password of root and admin, set when the data dir is first used (SET PASSWORD changes it).",
@@ -251,8 +277,18 @@ class Settings(BaseSettings):
         return InputLimits(**self.model_dump(include=set(InputLimits.model_fields)))
 
     @property
+    def resolved_shared_dir(self) -> Path:
+        """Where everything Spark's executors read or write lives (the data dir unless `shared_dir` is set)."""
+        return (self.shared_dir or self.resolved_data_dir).expanduser().resolve()
+
+    @property
+    def staging_dir(self) -> Path:
+        """Staged bodies (and the Parquet files a CSV body is split into): executors read them."""
+        return self.resolved_shared_dir / "staging"
+
+    @property
     def resolved_warehouse(self) -> Path:
-        return (self.warehouse or self.resolved_data_dir / "warehouse").expanduser().resolve()
+        return (self.warehouse or self.resolved_shared_dir / "warehouse").expanduser().resolve()
 
     @property
     def resolved_catalog_uri(self) -> str:

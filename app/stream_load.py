@@ -28,7 +28,7 @@ def stream_loads(services: Services) -> StreamLoads:
     """The lifecycle owner of this server's stream loads, with the body bounds of its settings (same names)."""
     settings = services.settings
     limits = BodyLimits(**{bound.name: getattr(settings, bound.name) for bound in fields(BodyLimits)})
-    return StreamLoads(services.loads, services.group_commit, settings.resolved_data_dir / "staging", limits)
+    return StreamLoads(services.loads, services.group_commit, settings.staging_dir, limits)
 
 
 async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:

@@ -39,6 +39,11 @@ BASE_CONF: dict[str, str] = {
     # Reads name their data files one by one (from the Iceberg manifests); past 32 paths Spark would list
     # them with a job of its own (measured: a query over 33 rowsets took twice as long as over 31)
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # On a cluster, a task whose input "lives" on a host waits up to this long for an executor there: a `file:`
+    # path on shared storage reports `localhost`, which no executor matches, so every scan stage waited 3 s
+    # (Spark's default) before running anywhere. Shared storage has no locality to wait for; an HDFS
+    # deployment may set it back in SL_SPARK_CONF.
+    "spark.locality.wait": "0s",
 }
 
 
@@ -72,6 +77,11 @@ def build_session(
     *, master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "doris-stream-load"
 ) -> SparkSession:
     """Build (or get) the process's SparkSession with the settings every job relies on.
+
+    `master` is passed to Spark as given (`local[*]`, `spark://host:7077`, `k8s://...`). No Python code runs on
+    executors (no UDFs, `mapInArrow` or RDD lambdas; keep it so): an executor on another node needs only the JVM
+    and Spark's jars, never this code or a matching Python. What executors read and write lives under the
+    shared dir (`spark_runner.cluster`).
 
     The JVM is started in its own session, so a signal sent to the server's process group (Ctrl-C,
     `systemctl stop`) reaches only Python, which drains loads in flight before it exits; the JVM

@@ -9,6 +9,10 @@ down, every Spark access fails at once with Doris's SERVICE_UNAVAILABLE instead 
 error, and a new session is built with the same master and settings. Nothing durable lives in the JVM:
 acknowledged loads are in Iceberg and the transaction table, and a load the JVM took down with it fails
 (its transaction aborts and its files are removed), so replacing the JVM loses nothing.
+
+A session can also be lost with its JVM running: on a cluster, the master may stop the application or
+forget it (a restart). A `probe` (`spark_runner.cluster.ExecutorWatch`) names such a loss; the handle then
+stops the JVM itself, and the same replacement follows.
 """
 
 from __future__ import annotations
@@ -44,9 +48,19 @@ class SparkHandle:
     (`typing.cast` at the one place services are built): it has the same attributes.
     """
 
-    def __init__(self, session: SparkSession, build: Callable[[], SparkSession]) -> None:
+    def __init__(
+        self,
+        session: SparkSession,
+        build: Callable[[], SparkSession],
+        *,
+        probe: Callable[[SparkSession], str | None] | None = None,
+        probe_interval: float = 2.0,
+    ) -> None:
         self._session: SparkSession | None = session
         self._build = build
+        self._probe = probe
+        self._probe_interval = probe_interval
+        self._probed = time.monotonic()
         self._proc = _jvm_process()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -105,12 +119,37 @@ class SparkHandle:
     def _watch(self, interval: float) -> None:
         while not self._stop.wait(interval):
             if self.alive:
-                continue
+                if (reason := self._lost()) is None:
+                    continue
+                log.error("the Spark session is lost: %s; stopping its JVM", reason)
+                self.abandon()
             try:
                 self.restart()
             except Exception:  # the watcher must outlive a failed start: it tries again next round
                 log.exception("could not start a new Spark session; retrying")
                 self._stop.wait(5.0)
+
+    def _lost(self) -> str | None:
+        """The probe's reason the live session is lost, at most every `probe_interval` seconds; None if it is not
+        (or there is no probe, or no JVM of the handle's own to stop)."""
+        session, proc = self._session, self._proc
+        if self._probe is None or session is None or proc is None:
+            return None
+        if time.monotonic() - self._probed < self._probe_interval:
+            return None
+        self._probed = time.monotonic()
+        try:
+            return self._probe(session)
+        except Exception:  # a JVM on its way down: the process check sees it next round
+            log.debug("the Spark session probe failed", exc_info=True)
+            return None
+
+    def abandon(self) -> None:
+        """Stop the current session's JVM (a session whose cluster lost it): the watcher builds a new one."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
     def restart(self) -> None:
         """Drop the stopped session and build a new one (or adopt one another handle of this process built)."""

@@ -151,6 +151,7 @@ def run_maintenance(
     txns: TransactionStore,
     *,
     staging: Path,
+    error_logs: Path | None = None,
     grace_seconds: float,
     snapshot_keep_seconds: float,
     snapshot_keep_count: int | None = None,
@@ -183,6 +184,6 @@ def run_maintenance(
         except Exception:  # one broken table must not stop the others' housekeeping
             log.exception("maintenance of %s.%s failed", db, name)
     report.files_removed += remove_staging_orphans(staging, protected, grace_seconds=grace_seconds, now=now)
-    error_logs = staging.parent / "error_log"
+    error_logs = error_logs or staging.parent / "error_log"  # the data dir's (staging may be on the shared dir)
     report.files_removed += expire_error_logs(error_logs, keep_seconds=txns.label_keep_seconds, now=now)
     return report

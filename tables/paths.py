@@ -1,7 +1,7 @@
 """The one guard in front of every delete of a table location or a server directory.
 
 A path may be removed only when, after resolving links and `..`, it lies strictly inside one of the server's
-own roots (data dir, warehouse, later a shared dir), is not a root itself, and neither holds nor lies inside the
+own roots (data dir, shared dir, warehouse), is not a root itself, and neither holds nor lies inside the
 location of another table (a table created before locations were chosen by the server may be named `.` and
 sit on its whole database). A refused delete is logged and leaves the files; the caller goes on.
 
