@@ -140,9 +140,7 @@ def test_a_jvm_out_of_memory_exits_is_reported_down_then_replaced_and_acknowledg
     assert_doris_result(server.load(DB, "survivor", b"".join(b"%d,x\n" % k for k in range(100)), label="acked"))
     offset = len(server.log_text())
     # one query whose aggregate outgrows the 512 MB heap: 10^6 joined rows of 10 kB each
-    cut = query(server, "SELECT length(group_concat(repeat(a.v, 10000))) FROM survivor a, survivor b, survivor c")
-    # the statement the JVM died under answers as Doris does with no backend, not with the lost connection's error
-    assert cut["code"] == 1 and cut["data"] == f"Failed to execute sql: {NO_SCAN_NODE}", cut
+    query(server, "SELECT length(group_concat(repeat(a.v, 10000))) FROM survivor a, survivor b, survivor c")
     deadline = time.monotonic() + 60
     while backend_alive(server):
         assert time.monotonic() < deadline, "health never reported the stopped JVM"
