@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
+from spark_runner.supervisor import NO_BACKEND_FOR_QUERY, backend_stopped
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
@@ -775,6 +777,10 @@ def statement_error(exc: Exception, guard: JobGuard, text: str) -> SqlError:
         return SqlError(exc.message)
     if isinstance(exc, PySparkException):
         return SqlError(str(exc).strip().splitlines()[0])
+    # the JVM died under the statement (out of memory, killed): Doris's answer when no backend is alive
+    connection_lost = isinstance(exc, ConnectionError | Py4JError) and not isinstance(exc, Py4JJavaError)
+    if connection_lost and backend_stopped(guard.spark, wait=1.0):
+        return SqlError(NO_BACKEND_FOR_QUERY)
     # anything unexpected still gets the FE's error shape; the trace goes to the log
     log.exception("statement failed: %s", text[:200])
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

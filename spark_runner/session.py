@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
+
+# pyspark reads the port of a JVM started by someone else from the environment: one launch at a time
+_LAUNCH_LOCK = threading.Lock()
 
 BASE_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -88,7 +99,6 @@ def build_session(
     still exits with Python, when its stdin pipe closes.
     """
     from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
@@ -96,8 +106,57 @@ def build_session(
     for key, value in with_fixed_heap({**BASE_CONF, **(conf or {})}).items():
         spark_conf.set(key, value)
     if SparkContext._active_spark_context is None:
-        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
-        SparkContext(conf=spark_conf, gateway=gateway)
+        SparkContext(conf=spark_conf, gateway=launch_jvm(spark_conf))
     spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def launch_jvm(conf: SparkConf, *, timeout: float = 120.0) -> Any:
+    """Start the driver JVM (`spark-submit`, as pyspark does) and connect a Py4J gateway to it.
+
+    pyspark's own `launch_gateway` is not used to start it: it forks with a `preexec_fn` (unsafe in a
+    process with many threads: the child can deadlock before it runs `spark-submit`, which a server
+    replacing its JVM under load is) and waits for the JVM's port without a deadline. Here the JVM starts
+    in its own session (a signal to the server's process group reaches only Python) with no Python code
+    run in the child, and a JVM that has not reported its port within `timeout` seconds is killed.
+
+    Raises:
+        RuntimeError: the JVM exited, or did not report its port in time.
+    """
+    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.serializers import UTF8Deserializer, read_int
+
+    command = [os.path.join(_find_spark_home(), "bin", "spark-submit")]
+    for key, value in conf.getAll():
+        command += ["--conf", f"{key}={value}"]
+    command += shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    info_dir = Path(tempfile.mkdtemp(prefix="spark-gateway-"))
+    try:
+        info = info_dir / "conn"
+        env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info)}
+        # stdin is a pipe: the JVM exits when it closes (when this process is gone)
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not info.is_file():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the Spark JVM exited with code {proc.returncode} before it started")
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"the Spark JVM did not start within {timeout:.0f} s; killed it")
+            time.sleep(0.05)
+        with info.open("rb") as stream:
+            port = read_int(stream)  # type: ignore[no-untyped-call]
+            secret = UTF8Deserializer().loads(stream)  # type: ignore[no-untyped-call]
+    finally:
+        shutil.rmtree(info_dir, ignore_errors=True)
+    with _LAUNCH_LOCK:  # pyspark connects to a running JVM named by these two variables
+        os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"] = str(port), secret
+        try:
+            gateway = launch_gateway(conf)  # type: ignore[no-untyped-call]
+        finally:
+            del os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"]
+    gateway.proc = proc  # the supervisor watches this process
+    return gateway

@@ -17,6 +17,7 @@ stops the JVM itself, and the same replacement follows.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import threading
 import time
@@ -163,7 +164,12 @@ class SparkHandle:
             if adopted is None:
                 _forget_stopped_session()
                 started = time.monotonic()
-                adopted = self._build()
+                # a start that hangs must be diagnosable: every thread's stack goes to the log after 60 s
+                faulthandler.dump_traceback_later(60, exit=False)
+                try:
+                    adopted = self._build()
+                finally:
+                    faulthandler.cancel_dump_traceback_later()
                 log.warning("new Spark session ready in %.1f s", time.monotonic() - started)
             self._proc = _jvm_process()
             self._session = adopted
@@ -202,10 +208,13 @@ def _forget_stopped_session() -> None:
 
     gateway = SparkContext._gateway
     if gateway is not None:
-        try:
-            gateway.shutdown()  # the callback server and the connections to the dead JVM
-        except Exception:  # the JVM side is gone: closing can only fail on it
-            log.debug("closing the stopped gateway failed", exc_info=True)
+        # the callback server and the connections to the dead JVM; Py4J may block on a socket of the dead
+        # JVM or on a thread of its own: the new session must not wait for it
+        closing = threading.Thread(target=_close_gateway, args=(gateway,), name="spark-gateway-close", daemon=True)
+        closing.start()
+        closing.join(timeout=10)
+        if closing.is_alive():
+            log.warning("closing the stopped Py4J gateway did not finish in 10 s; left to finish on its own")
         proc = getattr(gateway, "proc", None)
         if proc is not None and proc.stdin is not None:
             proc.stdin.close()
@@ -220,3 +229,10 @@ def _forget_stopped_session() -> None:
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
     SQLContext._instantiatedContext = None
+
+
+def _close_gateway(gateway: Any) -> None:
+    try:
+        gateway.shutdown()
+    except Exception:  # the JVM side is gone: closing can only fail on it
+        log.debug("closing the stopped gateway failed", exc_info=True)
