@@ -30,8 +30,9 @@ test: install lint
 	$(PY) -m pytest -q
 
 # everything, with the tests marked `cluster` (minutes: a Spark standalone cluster, tests/test_spark_cluster.py)
+# and `full` (longer runs of what `make test` covers briefly)
 test-full: install lint
-	$(PY) -m pytest -q -m "cluster or not cluster"
+	$(PY) -m pytest -q -m "cluster or full or not (cluster or full)"
 
 # the tests marked `unit` (tests/conftest.py marks every test from the fixtures it uses): no Spark, no server
 test-fast: $(STAMP)

@@ -19,7 +19,6 @@ from tables.pause import POINTS
 from tests.server_process import ServerProcess
 
 DB = "crash"
-ROUNDS = 3
 ARMED = ",".join(f"{p}:t_{p}" for p in POINTS)
 TABLE_DDL = "CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2"
 
@@ -77,12 +76,14 @@ def _check_after_restart(server: ServerProcess, rounds_done: int) -> None:
         assert files == [], f"a failed load left files behind: {files}"
 
 
-def test_kill_at_every_point_of_a_load_three_rounds(server: ServerProcess) -> None:
+# one round in `make test`, three in `make test-full`
+@pytest.mark.parametrize("rounds", [1, pytest.param(3, marks=pytest.mark.full)])
+def test_kill_at_every_point_of_a_load(server: ServerProcess, rounds: int) -> None:
     server.start(SL_PAUSE_AT=ARMED)
     server.sql(DB, f"CREATE DATABASE {DB}")
     for name in ["acked"] + [f"t_{p}" for p in POINTS]:
         server.sql(DB, TABLE_DDL.format(name=name))
-    for rnd in range(1, ROUNDS + 1):
+    for rnd in range(1, rounds + 1):
         ack = server.load(DB, "acked", f"{rnd},ack{rnd}\n".encode(), label=f"ack_{rnd}")
         assert ack["Status"] == "Success", ack
         release = threading.Event()
@@ -94,7 +95,7 @@ def test_kill_at_every_point_of_a_load_three_rounds(server: ServerProcess) -> No
         release.set()
         for t in threads:
             t.join(timeout=30)
-        server.start(SL_PAUSE_AT=ARMED if rnd < ROUNDS else "")
+        server.start(SL_PAUSE_AT=ARMED if rnd < rounds else "")
         _check_after_restart(server, rnd)
     # the labels of the loads that did not commit are free again
     for point in ("staging", "job", "before_commit"):

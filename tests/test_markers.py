@@ -30,7 +30,7 @@ KNOWN = {
     "tests/test_server_process.py::test_beyond_loopback_only_the_root_password_logs_in": "process",
     "tests/test_server_process.py::test_health_answers_in_the_fe_envelope": "process",
     # `server` is a tests.server_process.ServerProcess
-    "tests/test_crash_recovery.py::test_kill_at_every_point_of_a_load_three_rounds": "process",
+    "tests/test_crash_recovery.py::test_kill_at_every_point_of_a_load[1]": "process",
 }
 
 
