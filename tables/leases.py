@@ -1,0 +1,191 @@
+"""Leases in the shared store: which servers are alive, and which one runs each background duty.
+
+Several servers share one store (PostgreSQL; SQLite for the embedded single server, with the same code). A lease
+is a row `(name, holder, expires)`: a holder renews it well before it expires, and anyone may take it once it
+has expired. Two kinds of names:
+
+    server:<id>     every running server holds its own: the servers alive are those whose lease is unexpired
+                    (a server killed mid-load is known dead one lease later, and its work is resolved by others)
+    duty:<name>     one server at a time runs each background duty (maintenance, compaction, dynamic
+                    partitions, precommit timeouts): the holder; the others take over within one lease
+                    period when it dies
+
+Times are the servers' wall clocks (`time.time()`): servers of one deployment run NTP, and a lease lasts tens
+of seconds, so a skew of milliseconds changes nothing. A lease is renewed every sixth of its period and
+expires two thirds of a period after its last renewal, so a dead holder's duty is taken over within
+`period` seconds (`SL_LEASE_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+log = logging.getLogger(__name__)
+
+_METADATA = sa.MetaData()
+LEASES = sa.Table(
+    "leases",
+    _METADATA,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("holder", sa.String(200), nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
+    sa.Column("acquired", sa.Float, nullable=False),
+)
+
+SERVER_PREFIX = "server:"
+DUTY_PREFIX = "duty:"
+
+# the background duties; each runs on one server at a time
+MAINTENANCE = "maintenance"  # label expiry, snapshot expiry, orphan files
+COMPACTION = "compaction"
+DYNAMIC_PARTITIONS = "dynamic_partitions"
+PRECOMMIT_TIMEOUTS = "precommit_timeouts"
+DUTIES = (MAINTENANCE, COMPACTION, DYNAMIC_PARTITIONS, PRECOMMIT_TIMEOUTS)
+
+
+def new_server_id() -> str:
+    """This server's id for one run: host, pid and a random part (a restarted server is a new one)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class LeaseTable:
+    """Acquire, renew, release and list leases: each a single conditional statement, on either dialect."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        _METADATA.create_all(engine, checkfirst=True)
+
+    def _insert(self) -> sa.Insert:
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            return postgresql.insert(LEASES).on_conflict_do_nothing(index_elements=["name"])
+        if dialect == "sqlite":
+            return sqlite.insert(LEASES).on_conflict_do_nothing(index_elements=["name"])
+        raise ValueError(f"leases need PostgreSQL or SQLite, not {dialect}")
+
+    def acquire(self, name: str, holder: str, seconds: float, *, now: float | None = None) -> bool:
+        """Take the lease (or renew it when `holder` has it) for `seconds`; False while another holds it."""
+        now = time.time() if now is None else now
+        with self.engine.begin() as conn:
+            taken = conn.execute(
+                self._insert().values(name=name, holder=holder, expires=now + seconds, acquired=now)
+            ).rowcount
+            if taken == 1:
+                return True
+            renewed = conn.execute(
+                sa.update(LEASES)
+                .where(LEASES.c.name == name, sa.or_(LEASES.c.holder == holder, LEASES.c.expires < now))
+                .values(
+                    holder=holder,
+                    expires=now + seconds,
+                    acquired=sa.case((LEASES.c.holder == holder, LEASES.c.acquired), else_=now),
+                )
+            ).rowcount
+        return renewed == 1
+
+    def release(self, name: str, holder: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(LEASES).where(LEASES.c.name == name, LEASES.c.holder == holder))
+
+    def holders(self, prefix: str, *, now: float | None = None) -> dict[str, str]:
+        """Unexpired leases whose name starts with `prefix`: name → holder."""
+        now = time.time() if now is None else now
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(LEASES.c.name, LEASES.c.holder).where(
+                    LEASES.c.name.startswith(prefix, autoescape=True), LEASES.c.expires >= now
+                )
+            ).all()
+        return {name: holder for name, holder in rows}
+
+
+class Leases:
+    """This server's leases: its own `server:<id>` and the duties it runs, renewed by a thread.
+
+    `leads(duty)` is what a background loop asks before each pass: True only while this server holds the duty's
+    lease with time to spare (a pass started just before a lost renewal can overlap the next holder's first
+    pass by at most one renewal interval; every duty is safe to run twice: it re-reads what it acts on).
+    """
+
+    def __init__(
+        self, table: LeaseTable, *, server_id: str | None = None, period: float = 30.0, duties: Iterable[str] = DUTIES
+    ) -> None:
+        self.table = table
+        self.server_id = server_id or new_server_id()
+        self.period = period
+        self.duties = tuple(duties)
+        self._valid_until: dict[str, float] = {}  # lease name → until when this server may act on it
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def _hold(self) -> float:
+        return self.period * 2 / 3
+
+    @property
+    def interval(self) -> float:
+        return self.period / 6
+
+    def renew(self) -> None:
+        """One round: renew this server's lease and try every duty (taking those whose holder has gone)."""
+        for name in (SERVER_PREFIX + self.server_id, *(DUTY_PREFIX + d for d in self.duties)):
+            started = time.time()
+            try:
+                held = self.table.acquire(name, self.server_id, self._hold, now=started)
+            except Exception:  # the store is unreachable: act on nothing until it answers again
+                log.warning("could not renew lease %s", name, exc_info=True)
+                held = False
+            with self._lock:
+                was = self._valid_until.get(name, 0.0) > time.time()
+                if held:
+                    # act only until a safety margin before the lease could be taken by another
+                    self._valid_until[name] = started + self._hold - self.interval
+                else:
+                    self._valid_until.pop(name, None)
+            if name.startswith(DUTY_PREFIX) and held != was:
+                log.info("%s duty %s", "took" if held else "gave up", name.removeprefix(DUTY_PREFIX))
+
+    def leads(self, duty: str) -> bool:
+        with self._lock:
+            return self._valid_until.get(DUTY_PREFIX + duty, 0.0) > time.time()
+
+    def live_servers(self) -> set[str]:
+        return {name.removeprefix(SERVER_PREFIX) for name in self.table.holders(SERVER_PREFIX)}
+
+    def leaders(self) -> dict[str, str]:
+        """duty → the server running it (duties nobody holds are absent)."""
+        return {name.removeprefix(DUTY_PREFIX): holder for name, holder in self.table.holders(DUTY_PREFIX).items()}
+
+    def start(self) -> None:
+        """Renew once now (a single server leads at once), then every `interval` seconds in a thread."""
+        self.renew()
+        self._thread = threading.Thread(target=self._run, name="leases", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.renew()
+
+    def close(self) -> None:
+        """Stop renewing and hand every lease back (a clean stop: the others take over at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            names = list(self._valid_until)
+            self._valid_until.clear()
+        for name in names:
+            try:
+                self.table.release(name, self.server_id)
+            except Exception:  # the store is gone: the leases expire on their own
+                log.warning("could not release lease %s", name, exc_info=True)
