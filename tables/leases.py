@@ -105,7 +105,7 @@ class LeaseTable:
                     LEASES.c.name.startswith(prefix, autoescape=True), LEASES.c.expires >= now
                 )
             ).all()
-        return {name: holder for name, holder in rows}
+        return {str(name): str(holder) for name, holder in rows}
 
 
 class Leases:
