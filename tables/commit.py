@@ -71,6 +71,7 @@ from tables.rowset import restamp_version
 from tables.rowsets import RowsetsChanged, file_partition, live_data_files, partition_of, plain_path
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
+from tables.versions import SharedTurnstile, SharedVersions
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,9 @@ class _Turnstile:
                 self.cond.notify_all()
 
 
+Turnstile = _Turnstile | SharedTurnstile
+
+
 class TableWriter:
     """Commits of rowsets into Iceberg with their label and version, in version order per table."""
 
@@ -174,23 +178,27 @@ class TableWriter:
         *,
         pauses: PausePoints | None = None,
         snapshot_keep_count: int | None = None,
+        versions: SharedVersions | None = None,
     ) -> None:
         self._catalog = catalog
         self._txns = txns
+        self._versions = versions  # several servers: the version order lives in the shared store
         self.snapshot_keep_count = snapshot_keep_count
         self.pauses = pauses or PausePoints()
-        self._turnstiles: dict[str, _Turnstile] = {}
+        self._turnstiles: dict[str, Turnstile] = {}
         self._guard = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
-        self._writing: dict[int, tuple[_Turnstile, int, Path]] = {}  # txn id → its version, while `write` runs
+        self._writing: dict[int, tuple[Turnstile, int, Path]] = {}  # txn id → its version, while `write` runs
         self.resolver: Resolver | None = None
 
-    def _turnstile(self, handle: TableHandle) -> _Turnstile:
+    def _turnstile(self, handle: TableHandle) -> Turnstile:
         # keyed by the Iceberg table uuid: a dropped and re-created table starts its own count
         key = str(handle.iceberg.metadata.table_uuid)
         with self._guard:
             if key not in self._turnstiles:
-                self._turnstiles[key] = _Turnstile(handle.current_version() + 1)
+                floor = handle.current_version() + 1
+                shared = self._versions
+                self._turnstiles[key] = _Turnstile(floor) if shared is None else SharedTurnstile(shared, key, floor)
             return self._turnstiles[key]
 
     @contextmanager
@@ -356,7 +364,7 @@ class TableWriter:
             raise DorisError(f"table {handle.definition.name} needs the merge-on-write re-check, which has no engine")
         return self.resolver(handle, files, theirs, directory, later)
 
-    def _trim_snapshots(self, handle: TableHandle, turnstile: _Turnstile) -> None:
+    def _trim_snapshots(self, handle: TableHandle, turnstile: Turnstile) -> None:
         """In the commit turn (no other commit can race it): past twice `snapshot_keep_count` snapshots,
         expire down to that many. Commit time grows with the snapshots a table keeps (pyiceberg copies and
         rewrites all of them per commit), so a steady stream of small loads must not let them pile up
@@ -592,7 +600,7 @@ class TableWriter:
         """Drop the version counter of a dropped table (a re-created one has another uuid, hence its own)."""
         with self._guard:
             turnstile = self._turnstiles.get(identity)
-            if turnstile is not None and not turnstile.in_flight:
+            if turnstile is not None and not (isinstance(turnstile, _Turnstile) and turnstile.in_flight):
                 del self._turnstiles[identity]
 
     @contextmanager
