@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from app.auth import login, require_admin
 from app.deps import Services, ServicesDep
+from tables.leases import COMPACTION
 
 router = APIRouter()
 log = logging.getLogger("app")
@@ -56,6 +57,8 @@ async def compaction_loop(services: Services) -> None:
     interval = services.settings.compaction_interval_seconds
     while interval > 0:
         await asyncio.sleep(interval)
+        if not services.leases.leads(COMPACTION):  # another server runs it
+            continue
         try:
             done = await run_in_threadpool(services.compactor.run_background_pass)
             if done:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the services import pyspark: the app loads them in the life
     from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
+    from tables.leases import Leases
     from tables.pause import PausePoints
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
@@ -44,6 +45,7 @@ class Services:
     sql: SqlExecutor
     gate: LoadGate
     accounts: AccountStore  # users, roles and grants (`tables/accounts.py`)
+    leases: Leases  # this server's liveness and the background duties it runs (`tables/leases.py`)
 
 
 def get_services(request: Request) -> Services:

@@ -18,6 +18,7 @@ from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
 from app.responses import install_error_handlers
 from app.settings import Settings
+from tables.leases import DYNAMIC_PARTITIONS, MAINTENANCE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +37,8 @@ def build_services(
 ) -> Services:
     """Create the SparkSession (unless given), catalog, transaction table, writer and every service, recover
     what a stop left unfinished, and return them as the one `Services`."""
+    import sqlalchemy
+
     from loaders.headers import parse_load_request
     from spark_runner.cluster import ClusterProblem, ExecutorWatch, check_cluster, is_local, master_problem
     from spark_runner.compaction import CompactionPolicy, Compactor
@@ -50,6 +53,7 @@ def build_services(
     from tables.accounts import AccountStore, LoginThrottle
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
+    from tables.leases import Leases, LeaseTable
     from tables.model import STORAGE_FORMAT
     from tables.paths import remove_tree
     from tables.pause import PausePoints
@@ -57,6 +61,7 @@ def build_services(
     from tables.source_paths import SourcePolicy
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
+    from tables.versions import SharedVersions
 
     # the data dir is the server's alone (SQLite catalog and stores, error logs): only this process reads it;
     # the shared dir holds every file a Spark executor reads or writes (on a cluster, every node mounts it)
@@ -98,8 +103,19 @@ def build_services(
     # release staged under the data dir)
     for staging in dict.fromkeys([settings.staging_dir, data_dir / "staging"]):
         remove_tree(staging, [data_dir, shared_dir])
+    # several servers share a PostgreSQL store: which one runs each background duty, and each table's version order
+    store = sqlalchemy.create_engine(settings.resolved_store_uri, pool_pre_ping=True)
+    leases = Leases(LeaseTable(store), period=settings.lease_seconds)
+    leases.start()
+    versions = None
+    if store.dialect.name == "postgresql":
+        versions = SharedVersions(store, leases.server_id, lambda holder: holder in leases.live_servers())
     writer = TableWriter(
-        catalog, txns, pauses=PausePoints(settings.pause_at), snapshot_keep_count=settings.snapshot_keep_count
+        catalog,
+        txns,
+        pauses=PausePoints(settings.pause_at),
+        snapshot_keep_count=settings.snapshot_keep_count,
+        versions=versions,
     )
     # error logs are written and served by this process alone (from rows collected to it): driver-only
     loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
@@ -177,6 +193,7 @@ def build_services(
             max_statements=settings.sql_max_statements,
         ),
         gate=gate or LoadGate(),
+        leases=leases,
     )
     recover(services)
     return services
@@ -200,6 +217,8 @@ async def maintenance_loop(services: Services) -> None:
     settings = services.settings
     while True:
         await asyncio.sleep(settings.maintenance_interval_seconds)
+        if not services.leases.leads(MAINTENANCE):  # another server runs it
+            continue
         try:
             report = await run_in_threadpool(
                 run_maintenance,
@@ -223,6 +242,8 @@ async def dynamic_partition_loop(services: Services) -> None:
     interval = services.settings.dynamic_partition_check_interval_seconds
     while interval > 0:
         await asyncio.sleep(interval)
+        if not services.leases.leads(DYNAMIC_PARTITIONS):  # another server runs it
+            continue
         try:
             await run_in_threadpool(schedule_all, services.catalog, services.compactor.writer)
         except Exception:  # a scheduler pass must never take the server down
@@ -277,6 +298,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             await run_in_threadpool(services.routine_loads.close)
             compacting.cancel()
             await run_in_threadpool(services.spark.close)
+            await run_in_threadpool(services.leases.close)  # the others take over this server's duties at once
             services.txns.close()
 
     app = FastAPI(

@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         300.0, description="How often labels are forgotten, snapshots expired and orphan files removed."
     )
     orphan_grace_seconds: float = Field(3600.0, description="Unreferenced files younger than this are kept.")
+    lease_seconds: float = Field(
+        30.0,
+        gt=1.0,
+        description="Several servers on one store: a background duty (maintenance, compaction, dynamic partitions, "
+        "precommit timeouts) whose server died is taken over within this many seconds; a dead server's place in a "
+        "table's version order is freed after it.",
+    )
     dynamic_partition_check_interval_seconds: float = Field(
         600.0,
         description="How often tables with dynamic partitions get their partitions ahead created and those past "
@@ -293,6 +300,16 @@ class Settings(BaseSettings):
     @property
     def resolved_catalog_uri(self) -> str:
         return self.catalog_uri or f"sqlite:///{self.resolved_data_dir / 'catalog.db'}"
+
+    @property
+    def resolved_store_uri(self) -> str:
+        """Where the server's own records live (leases and version order; labels and transactions, users, jobs):
+        the catalog's PostgreSQL database when the catalog is on PostgreSQL (several servers share it), else
+        the SQLite file `transactions.db` in the data dir."""
+        uri = self.resolved_catalog_uri
+        if uri.startswith("postgresql"):
+            return uri
+        return f"sqlite:///{self.resolved_data_dir / 'transactions.db'}"
 
 
 def is_loopback(host: str) -> bool:

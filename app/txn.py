@@ -19,6 +19,7 @@ from app.auth import login, require_db
 from app.deps import Services, ServicesDep
 from app.responses import txn_reply
 from tables.accounts import Priv
+from tables.leases import PRECOMMIT_TIMEOUTS
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ async def precommit_timeout_loop(services: Services) -> None:
     interval = max(0.2, min(settings.precommit_timeout_seconds / 4, 30.0))
     while True:
         await asyncio.sleep(interval)
-        if services.two_phase is None:
+        if services.two_phase is None or not services.leases.leads(PRECOMMIT_TIMEOUTS):  # another server runs it
             continue
         try:
             aborted = await run_in_threadpool(services.two_phase.abort_expired, settings.precommit_timeout_seconds)

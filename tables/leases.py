@@ -74,23 +74,32 @@ class LeaseTable:
 
     def acquire(self, name: str, holder: str, seconds: float, *, now: float | None = None) -> bool:
         """Take the lease (or renew it when `holder` has it) for `seconds`; False while another holds it."""
+        return name in self.acquire_all([name], holder, seconds, now=now)
+
+    def acquire_all(self, names: Iterable[str], holder: str, seconds: float, *, now: float | None = None) -> set[str]:
+        """`acquire` of several leases in one database transaction; returns those held."""
         now = time.time() if now is None else now
+        held: set[str] = set()
         with self.engine.begin() as conn:
-            taken = conn.execute(
-                self._insert().values(name=name, holder=holder, expires=now + seconds, acquired=now)
-            ).rowcount
-            if taken == 1:
-                return True
-            renewed = conn.execute(
-                sa.update(LEASES)
-                .where(LEASES.c.name == name, sa.or_(LEASES.c.holder == holder, LEASES.c.expires < now))
-                .values(
-                    holder=holder,
-                    expires=now + seconds,
-                    acquired=sa.case((LEASES.c.holder == holder, LEASES.c.acquired), else_=now),
-                )
-            ).rowcount
-        return renewed == 1
+            for name in names:
+                taken = conn.execute(
+                    self._insert().values(name=name, holder=holder, expires=now + seconds, acquired=now)
+                ).rowcount
+                if taken == 1:
+                    held.add(name)
+                    continue
+                renewed = conn.execute(
+                    sa.update(LEASES)
+                    .where(LEASES.c.name == name, sa.or_(LEASES.c.holder == holder, LEASES.c.expires < now))
+                    .values(
+                        holder=holder,
+                        expires=now + seconds,
+                        acquired=sa.case((LEASES.c.holder == holder, LEASES.c.acquired), else_=now),
+                    )
+                ).rowcount
+                if renewed == 1:
+                    held.add(name)
+        return held
 
     def release(self, name: str, holder: str) -> None:
         with self.engine.begin() as conn:
@@ -137,23 +146,21 @@ class Leases:
         return self.period / 6
 
     def renew(self) -> None:
-        """One round: renew this server's lease and try every duty (taking those whose holder has gone)."""
-        for name in (SERVER_PREFIX + self.server_id, *(DUTY_PREFIX + d for d in self.duties)):
-            started = time.time()
-            try:
-                held = self.table.acquire(name, self.server_id, self._hold, now=started)
-            except Exception:  # the store is unreachable: act on nothing until it answers again
-                log.warning("could not renew lease %s", name, exc_info=True)
-                held = False
-            with self._lock:
-                was = self._valid_until.get(name, 0.0) > time.time()
-                if held:
-                    # act only until a safety margin before the lease could be taken by another
-                    self._valid_until[name] = started + self._hold - self.interval
-                else:
-                    self._valid_until.pop(name, None)
-            if name.startswith(DUTY_PREFIX) and held != was:
-                log.info("%s duty %s", "took" if held else "gave up", name.removeprefix(DUTY_PREFIX))
+        """One round, one database transaction: renew this server's lease and try every duty (taking those whose
+        holder has gone)."""
+        names = [SERVER_PREFIX + self.server_id, *(DUTY_PREFIX + d for d in self.duties)]
+        started = time.time()
+        try:
+            held = self.table.acquire_all(names, self.server_id, self._hold, now=started)
+        except Exception:  # the store is unreachable: act on nothing until it answers again
+            log.warning("could not renew this server's leases", exc_info=True)
+            held = set()
+        with self._lock:
+            was = {name for name, until in self._valid_until.items() if until > time.time()}
+            # act only until a safety margin before the lease could be taken by another
+            self._valid_until = {name: started + self._hold - self.interval for name in held}
+        for name in sorted((held ^ was) - {SERVER_PREFIX + self.server_id}):
+            log.info("%s duty %s", "took" if name in held else "gave up", name.removeprefix(DUTY_PREFIX))
 
     def leads(self, duty: str) -> bool:
         with self._lock:
