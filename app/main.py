@@ -163,7 +163,7 @@ def build_services(
         group_commit=GroupCommitter(
             loads=loads,
             # Spark reads the group's payloads: hard links to staged bodies and WAL files, one filesystem
-            data_dir=shared_dir,
+            data_dir=settings.scratch_dir,
             interval_ms=settings.group_commit_interval_ms,
             max_loads=settings.group_commit_max_loads,
             retry_num=settings.group_commit_replay_wal_retry_num,

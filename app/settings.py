@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import socket
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -289,9 +291,21 @@ class Settings(BaseSettings):
         return (self.shared_dir or self.resolved_data_dir).expanduser().resolve()
 
     @property
+    def scratch_dir(self) -> Path:
+        """This server's own part of the shared dir: staged bodies, the group-commit WAL and group payloads.
+
+        One server (a SQLite store): the shared dir itself. Several servers on one PostgreSQL store share the
+        shared dir, and each clears its staging at start and replays its WAL: each gets `servers/<name>`, named
+        by its host and data dir (stable across restarts, distinct between servers)."""
+        if not self.resolved_store_uri.startswith("postgresql"):
+            return self.resolved_shared_dir
+        digest = hashlib.sha256(str(self.resolved_data_dir).encode()).hexdigest()[:12]
+        return self.resolved_shared_dir / "servers" / f"{socket.gethostname()}-{digest}"
+
+    @property
     def staging_dir(self) -> Path:
         """Staged bodies (and the Parquet files a CSV body is split into): executors read them."""
-        return self.resolved_shared_dir / "staging"
+        return self.scratch_dir / "staging"
 
     @property
     def resolved_warehouse(self) -> Path:
