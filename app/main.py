@@ -105,11 +105,12 @@ def build_services(
         remove_tree(staging, [data_dir, shared_dir])
     # several servers share a PostgreSQL store: which one runs each background duty, and each table's version order
     store = sqlalchemy.create_engine(settings.resolved_store_uri, pool_pre_ping=True)
-    leases = Leases(LeaseTable(store), period=settings.lease_seconds)
-    leases.start()
+    leases = Leases(LeaseTable(store), server_name=settings.server_name, period=settings.lease_seconds)
+    leases.start()  # waits while a survivor is still resolving what this server's last run left unfinished
     versions = None
     if store.dialect.name == "postgresql":
-        versions = SharedVersions(store, leases.server_id, lambda holder: holder in leases.live_servers())
+        versions = SharedVersions(store, leases.server_name, lambda name: name in leases.live_servers())
+        versions.forget_holder(leases.server_name)  # places in version orders this server's last run held
     writer = TableWriter(
         catalog,
         txns,

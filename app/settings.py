@@ -299,8 +299,14 @@ class Settings(BaseSettings):
         by its host and data dir (stable across restarts, distinct between servers)."""
         if not self.resolved_store_uri.startswith("postgresql"):
             return self.resolved_shared_dir
+        return self.resolved_shared_dir / "servers" / self.server_name
+
+    @property
+    def server_name(self) -> str:
+        """This server's name among several: its host and data dir (stable across its restarts, distinct between
+        servers, which each have a data dir of their own)."""
         digest = hashlib.sha256(str(self.resolved_data_dir).encode()).hexdigest()[:12]
-        return self.resolved_shared_dir / "servers" / f"{socket.gethostname()}-{digest}"
+        return f"{socket.gethostname()}-{digest}"
 
     @property
     def staging_dir(self) -> Path:

@@ -4,8 +4,9 @@ Several servers share one store (PostgreSQL; SQLite for the embedded single serv
 is a row `(name, holder, expires)`: a holder renews it well before it expires, and anyone may take it once it
 has expired. Two kinds of names:
 
-    server:<id>     every running server holds its own: the servers alive are those whose lease is unexpired
-                    (a server killed mid-load is known dead one lease later, and its work is resolved by others)
+    server:<name>   every running server holds its own: the servers alive are those whose lease is unexpired
+                    (a server killed mid-load is known dead one lease later, and a survivor adopts the lease
+                    while it resolves the dead server's unfinished work)
     duty:<name>     one server at a time runs each background duty (maintenance, compaction, dynamic
                     partitions, precommit timeouts): the holder; the others take over within one lease
                     period when it dies
@@ -118,7 +119,12 @@ class LeaseTable:
 
 
 class Leases:
-    """This server's leases: its own `server:<id>` and the duties it runs, renewed by a thread.
+    """This server's leases, renewed by a thread: its own `server:<name>`, the duties it runs, and the
+    `server:<name>` of servers it adopted (a dead server whose unfinished work it is resolving).
+
+    A server's name is stable across its restarts (`Settings.server_name`: its host and data dir); each run holds
+    the leases under a token of its own (`<name>/<random>`). At start a server waits for its own lease: a run of
+    it that died leaves the lease to expire, and a survivor that adopted it keeps it until it has finished.
 
     `leads(duty)` is what a background loop asks before each pass: True only while this server holds the duty's
     lease with time to spare (a pass started just before a lost renewal can overlap the next holder's first
@@ -126,12 +132,19 @@ class Leases:
     """
 
     def __init__(
-        self, table: LeaseTable, *, server_id: str | None = None, period: float = 30.0, duties: Iterable[str] = DUTIES
+        self,
+        table: LeaseTable,
+        *,
+        server_name: str | None = None,
+        period: float = 30.0,
+        duties: Iterable[str] = DUTIES,
     ) -> None:
         self.table = table
-        self.server_id = server_id or new_server_id()
+        self.server_name = server_name or new_server_id()
+        self.token = f"{self.server_name}/{uuid.uuid4().hex[:8]}"
         self.period = period
         self.duties = tuple(duties)
+        self._adopted: set[str] = set()  # names of dead servers this one is resolving
         self._valid_until: dict[str, float] = {}  # lease name → until when this server may act on it
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,13 +158,19 @@ class Leases:
     def interval(self) -> float:
         return self.period / 6
 
+    @property
+    def _own(self) -> str:
+        return SERVER_PREFIX + self.server_name
+
     def renew(self) -> None:
-        """One round, one database transaction: renew this server's lease and try every duty (taking those whose
+        """One round, one database transaction: renew this server's leases and try every duty (taking those whose
         holder has gone)."""
-        names = [SERVER_PREFIX + self.server_id, *(DUTY_PREFIX + d for d in self.duties)]
+        with self._lock:
+            adopted = sorted(SERVER_PREFIX + name for name in self._adopted)
+        names = [self._own, *adopted, *(DUTY_PREFIX + d for d in self.duties)]
         started = time.time()
         try:
-            held = self.table.acquire_all(names, self.server_id, self._hold, now=started)
+            held = self.table.acquire_all(names, self.token, self._hold, now=started)
         except Exception:  # the store is unreachable: act on nothing until it answers again
             log.warning("could not renew this server's leases", exc_info=True)
             held = set()
@@ -159,7 +178,7 @@ class Leases:
             was = {name for name, until in self._valid_until.items() if until > time.time()}
             # act only until a safety margin before the lease could be taken by another
             self._valid_until = {name: started + self._hold - self.interval for name in held}
-        for name in sorted((held ^ was) - {SERVER_PREFIX + self.server_id}):
+        for name in sorted((held ^ was) & {DUTY_PREFIX + d for d in self.duties}):
             log.info("%s duty %s", "took" if name in held else "gave up", name.removeprefix(DUTY_PREFIX))
 
     def leads(self, duty: str) -> bool:
@@ -167,14 +186,41 @@ class Leases:
             return self._valid_until.get(DUTY_PREFIX + duty, 0.0) > time.time()
 
     def live_servers(self) -> set[str]:
+        """Names of the servers running, or adopted by a running one."""
         return {name.removeprefix(SERVER_PREFIX) for name in self.table.holders(SERVER_PREFIX)}
 
     def leaders(self) -> dict[str, str]:
-        """duty → the server running it (duties nobody holds are absent)."""
-        return {name.removeprefix(DUTY_PREFIX): holder for name, holder in self.table.holders(DUTY_PREFIX).items()}
+        """duty → the name of the server running it (duties nobody holds are absent)."""
+        return {
+            name.removeprefix(DUTY_PREFIX): holder.rsplit("/", 1)[0]
+            for name, holder in self.table.holders(DUTY_PREFIX).items()
+        }
 
-    def start(self) -> None:
-        """Renew once now (a single server leads at once), then every `interval` seconds in a thread."""
+    def adopt(self, name: str) -> bool:
+        """Take the lease of server `name`, which must be gone (its lease expired); renewed until `release`."""
+        if name == self.server_name or not self.table.acquire(SERVER_PREFIX + name, self.token, self._hold):
+            return False
+        with self._lock:
+            self._adopted.add(name)
+        return True
+
+    def release(self, name: str) -> None:
+        """Hand back an adopted server's lease (its unfinished work is resolved): it may start again at once."""
+        with self._lock:
+            self._adopted.discard(name)
+            self._valid_until.pop(SERVER_PREFIX + name, None)
+        self.table.release(SERVER_PREFIX + name, self.token)
+
+    def start(self, *, log_every: float = 10.0) -> None:
+        """Wait for this server's own lease (another run of it, or a survivor resolving its work, holds it), then
+        renew in a thread every `interval` seconds."""
+        waited = 0.0
+        while not self.table.acquire(self._own, self.token, self._hold):
+            if waited % log_every < self.interval:
+                holder = self.table.holders(self._own).get(self._own, "?")
+                log.warning("waiting for this server's lease %s, held by %s", self._own, holder)
+            time.sleep(self.interval)
+            waited += self.interval
         self.renew()
         self._thread = threading.Thread(target=self._run, name="leases", daemon=True)
         self._thread.start()
@@ -193,6 +239,6 @@ class Leases:
             self._valid_until.clear()
         for name in names:
             try:
-                self.table.release(name, self.server_id)
+                self.table.release(name, self.token)
             except Exception:  # the store is gone: the leases expire on their own
                 log.warning("could not release lease %s", name, exc_info=True)

@@ -61,8 +61,8 @@ def test_servers_racing_for_a_duty_get_exactly_one_winner_per_round(engine: sa.E
 
 def test_a_dead_servers_duties_are_taken_over_within_one_period(engine: sa.Engine) -> None:
     period = 1.2
-    first = Leases(LeaseTable(engine), server_id="first", period=period, duties=(MAINTENANCE, COMPACTION))
-    second = Leases(LeaseTable(engine), server_id="second", period=period, duties=(MAINTENANCE, COMPACTION))
+    first = Leases(LeaseTable(engine), server_name="first", period=period, duties=(MAINTENANCE, COMPACTION))
+    second = Leases(LeaseTable(engine), server_name="second", period=period, duties=(MAINTENANCE, COMPACTION))
     first.start()
     second.start()
     try:
@@ -89,11 +89,35 @@ def test_a_dead_servers_duties_are_taken_over_within_one_period(engine: sa.Engin
 
 
 def test_a_clean_stop_hands_the_duties_over_at_the_next_renewal(engine: sa.Engine) -> None:
-    first = Leases(LeaseTable(engine), server_id="first", period=30, duties=(MAINTENANCE,))
-    second = Leases(LeaseTable(engine), server_id="second", period=30, duties=(MAINTENANCE,))
+    first = Leases(LeaseTable(engine), server_name="first", period=30, duties=(MAINTENANCE,))
+    second = Leases(LeaseTable(engine), server_name="second", period=30, duties=(MAINTENANCE,))
     first.start()
     second.renew()
     assert first.leads(MAINTENANCE) and not second.leads(MAINTENANCE)
     first.close()
     second.renew()
     assert second.leads(MAINTENANCE)
+
+
+def test_a_restarted_server_waits_for_the_survivor_that_adopted_it(engine: sa.Engine) -> None:
+    period = 1.2
+    first = Leases(LeaseTable(engine), server_name="first", period=period, duties=())
+    first.start()
+    first._stop.set()  # killed: its lease expires
+    survivor = Leases(LeaseTable(engine), server_name="survivor", period=period, duties=())
+    survivor.start()
+    assert not survivor.adopt("first")  # not expired yet
+    time.sleep(period * 2 / 3 + 0.05)
+    assert survivor.adopt("first")
+    assert survivor.live_servers() == {"first", "survivor"}  # adopted: its claims are the survivor's to resolve
+    restarted = Leases(LeaseTable(engine), server_name="first", period=period, duties=())
+    starting = threading.Thread(target=restarted.start)
+    starting.start()
+    time.sleep(period)  # the survivor renews the adopted lease: the restart waits
+    assert starting.is_alive()
+    survivor.release("first")
+    starting.join(timeout=5)
+    assert not starting.is_alive()
+    assert LeaseTable(engine).holders("server:first")["server:first"] == restarted.token
+    restarted.close()
+    survivor.close()

@@ -1,0 +1,209 @@
+"""Several servers on one PostgreSQL store and one shared dir: any server takes any load and answers the same.
+
+Two servers (`python -m app`, each its own data dir and local Spark) share a real PostgreSQL database (the
+Iceberg catalog and everything the servers record) and one shared dir (the warehouse). A client may send a load
+to either, its two-phase commit to the other; labels are unique across them; loads into one table commit in one
+version order whichever server took them; a killed server's in-flight loads are resolved by the survivor and
+its background duties taken over.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conformance import run_case
+from tests.helpers import DorisClient, assert_doris_result
+from tests.postgres import PostgresServer
+from tests.server_process import ServerProcess
+
+DATA = Path(__file__).resolve().parent / "data" / "conformance" / "cases"
+LEASE_SECONDS = 6
+
+
+@dataclass
+class Deployment:
+    uri: str
+    shared: Path
+    servers: list[ServerProcess]
+
+    def client(self, i: int) -> DorisClient:
+        return DorisClient(self.servers[i].base_url)
+
+
+def start_server(root: Path, name: str, uri: str, shared: Path, **env: str) -> ServerProcess:
+    server = ServerProcess(
+        root / name,
+        root / f"{name}.log",
+        SL_CATALOG_URI=uri,
+        SL_SHARED_DIR=str(shared),
+        SL_SPARK_MASTER="local[1]",
+        SL_LEASE_SECONDS=str(LEASE_SECONDS),
+        **env,
+    )
+    return server.start(timeout=180)
+
+
+@pytest.fixture(scope="module")
+def deployment(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("several")
+    uri = postgres.create_database()
+    shared = root / "shared"
+    servers: list[ServerProcess] = []
+    try:
+        for name in ("a", "b"):
+            servers.append(start_server(root, name, uri, shared, SL_PAUSE_AT="job:paused_a:once" if name == "a" else ""))
+        yield Deployment(uri, shared, servers)
+    finally:
+        for server in servers:
+            server.kill()
+
+
+class Alternating(DorisClient):
+    """A client that sends each request to the next server in turn (a round-robin load balancer)."""
+
+    def __init__(self, clients: list[DorisClient]) -> None:
+        super().__init__(clients[0].base_url)
+        self._clients = clients
+        self._next = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_") or name not in ("sql", "sql_raw", "stream_load", "rows"):
+            return super().__getattribute__(name)
+        clients = self._clients
+        client = clients[self._next % len(clients)]
+        self._next += 1
+        return getattr(client, name)
+
+
+def new_db(doris: DorisClient, name: str) -> str:
+    db = f"{name}_{random.randrange(1 << 30)}"
+    doris.sql(db, f"CREATE DATABASE {db}")
+    return db
+
+
+def test_a_label_is_unique_across_servers_and_its_state_answers_on_both(deployment: Deployment) -> None:
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "labels")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    assert_doris_result(a.stream_load(db, "t", "1,a\n", {"column_separator": ",", "label": "once"}), loaded=1)
+    again = b.stream_load(db, "t", "2,b\n", {"column_separator": ",", "label": "once"})
+    assert again["Status"] == "Label Already Exists", again
+    for server in deployment.servers:
+        assert server.label_state(db, "once") == "VISIBLE"
+    assert b.rows(db, "SELECT k, v FROM t") == [[1, "a"]]
+
+
+def test_a_two_phase_load_precommitted_on_one_server_commits_on_the_other(deployment: Deployment) -> None:
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "twophase")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    pre = a.stream_load(db, "t", "1,x\n2,y\n", {"column_separator": ",", "label": "tp", "two_phase_commit": "true"})
+    assert pre["Status"] == "Success", pre
+    reply = httpx.put(
+        f"{deployment.servers[1].base_url}/api/{db}/_stream_load_2pc",
+        headers={"txn_id": str(pre["TxnId"]), "txn_operation": "commit"},
+        auth=("root", ""),
+        timeout=60,
+    ).json()
+    assert reply["status"] == "Success", reply
+    assert a.rows(db, "SELECT k, v FROM t ORDER BY k") == [[1, "x"], [2, "y"]]
+    assert deployment.servers[0].label_state(db, "tp") == "VISIBLE"
+
+
+def test_clients_spread_over_servers_commit_in_one_version_order(deployment: Deployment) -> None:
+    """8 clients, 3 loads each, over both servers into one table with a sequence column: colliding keys and
+    sequence ties. The table equals a model replaying the loads in the version order the snapshots record
+    (a tie goes to the later commit, as in Doris)."""
+    a = deployment.client(0)
+    db = new_db(a, "order")
+    a.sql(
+        db,
+        "CREATE TABLE t (k INT, s INT, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 "
+        'PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    loads: dict[str, list[tuple[int, int]]] = {}
+    for c in range(8):
+        for i in range(3):
+            rng = random.Random(f"{c}/{i}")
+            loads[f"c{c}_{i}"] = [(k, rng.randrange(3)) for k in rng.sample(range(10), 4)]
+
+    def client(c: int) -> None:
+        doris = deployment.client(c % 2)
+        for i in range(3):
+            label = f"c{c}_{i}"
+            body = "".join(f"{k},{s},{label}\n" for k, s in loads[label])
+            assert_doris_result(doris.stream_load(db, "t", body, {"column_separator": ",", "label": label}), loaded=4)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(client, range(8)))
+    order = version_order(deployment, db, "t")
+    assert sorted(order) == sorted(loads)
+    expected: dict[int, tuple[int, str]] = {}
+    for label in order:  # in version order: an equal sequence value goes to the later load
+        for k, s in loads[label]:
+            if k not in expected or s >= expected[k][0]:
+                expected[k] = (s, label)
+    want = [[k, s, label] for k, (s, label) in sorted(expected.items())]
+    for i in range(2):
+        assert deployment.client(i).rows(db, "SELECT k, s, v FROM t ORDER BY k") == want
+
+
+def version_order(deployment: Deployment, db: str, table: str) -> list[str]:
+    """The table's load labels in version (commit) order, from its snapshots in the shared catalog."""
+    from tables.catalog import VERSION_PROPERTY, Catalog
+
+    catalog = Catalog(uri=deployment.uri, warehouse=deployment.shared / "warehouse")
+    snaps = [s.summary.additional_properties for s in catalog.load(db, table).iceberg.snapshots() if s.summary]
+    loads = [p for p in snaps if "doris.label" in p]
+    versions = [int(p[VERSION_PROPERTY]) for p in loads]
+    assert len(set(versions)) == len(versions), "two loads got one version"
+    return [p["doris.label"] for p in sorted(loads, key=lambda p: int(p[VERSION_PROPERTY]))]
+
+
+def test_conformance_cases_through_both_servers_in_alternation(deployment: Deployment) -> None:
+    doris = Alternating([deployment.client(0), deployment.client(1)])
+    cases = sorted(DATA.glob("*.json"))
+    assert cases
+    for case in cases[:: max(1, len(cases) // 12)]:  # a spread of a dozen; `make test-full` runs them all
+        run_case(case, doris)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("case", sorted(DATA.glob("*.json")), ids=lambda p: p.stem)
+def test_every_conformance_case_through_both_servers(deployment: Deployment, case: Path) -> None:
+    run_case(case, Alternating([deployment.client(0), deployment.client(1)]))
+
+
+def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deployment: Deployment) -> None:
+    """Last in the module: server a dies (SIGKILL) with a load paused in its job. Its acknowledged loads stay,
+    server b aborts the paused one after the lease and takes every background duty."""
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(b, "killed")
+    for name in ("kept", "paused_a"):
+        b.sql(db, f"CREATE TABLE {name} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    assert_doris_result(a.stream_load(db, "kept", "1,acked\n", {"column_separator": ",", "label": "acked"}), loaded=1)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(a.stream_load, db, "paused_a", "1,lost\n", {"column_separator": ",", "label": "in_flight"})
+        deployment.servers[0].wait_for_log(["paused at job (table paused_a)"])
+        assert deployment.servers[1].label_state(db, "in_flight") == "PREPARE"
+        deployment.servers[0].kill()
+    died = time.monotonic()
+    survivor = deployment.servers[1]
+    while survivor.label_state(db, "in_flight") != "ABORTED":
+        assert time.monotonic() - died < 3 * LEASE_SECONDS, survivor.label_state(db, "in_flight")
+        time.sleep(0.5)
+    assert b.rows(db, "SELECT k, v FROM kept") == [[1, "acked"]]
+    assert b.rows(db, "SELECT count(*) FROM paused_a") == [[0]]
+    assert not list((deployment.shared / "warehouse").rglob("paused_a*/data/txn_*/*.parquet"))
+    # the label is free again, and the table takes loads through the survivor
+    assert_doris_result(b.stream_load(db, "paused_a", "2,b\n", {"column_separator": ",", "label": "in_flight"}), loaded=1)
+    survivor.wait_for_log(["took duty maintenance"], timeout=2 * LEASE_SECONDS)
