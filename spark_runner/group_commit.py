@@ -324,7 +324,7 @@ class _Worker:
 
     def __init__(self, owner: GroupCommitter, name: str, first: Iterable[_Member] = ()) -> None:
         self.owner = owner
-        self.items: queue.Queue[_Member] = queue.Queue()
+        self.items: queue.Queue[_Member | None] = queue.Queue()  # None: the worker stops (`GroupCommitter.close`)
         self.replayed = bool(first)
         for member in first:  # queued before the thread starts: they are there when its first group forms
             self.items.put(member)
@@ -336,6 +336,8 @@ class _Worker:
         last = (0, 0.0)  # the previous group's loads and seconds
         while True:
             batch = self._collect(queued, last)
+            if not batch:
+                return
             started = time.monotonic()
             run = _GroupRun()
             thread = threading.Thread(
@@ -354,7 +356,10 @@ class _Worker:
         time, at most `REJOIN_MAX_S` and the interval) for the loads the previous group's clients send next, up
         to as many as that group had: else sync clients split into a group of one straggler and a group of
         the rest, alternately, and half the groups carry one load. A full group (`max_loads`) goes at once."""
-        batch = [self.items.get()]
+        first = self.items.get()
+        if first is None:
+            return []
+        batch = [first]
         size, seconds = last
         grace = min(self.owner.interval_s, REJOIN_MAX_S, REJOIN_SHARE * seconds)
         deadline = time.monotonic() + (grace if queued else self.owner.interval_s)
@@ -363,9 +368,13 @@ class _Worker:
             if queued and len(batch) >= size:  # as many as the previous group: no reason to wait for more
                 remaining = 0.0
             try:
-                batch.append(self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait())
+                member = self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait()
             except queue.Empty:
                 break
+            if member is None:  # closing: this group is the last
+                self.items.put(None)
+                break
+            batch.append(member)
         return batch
 
     def _commit(self, batch: list[_Member], run: _GroupRun) -> None:
@@ -748,6 +757,16 @@ class GroupCommitter:
             self.counters["groups"] += 1
             self.counters["loads"] += loads
             self.counters["spark_jobs"] += jobs
+
+    def close(self) -> None:
+        """Stop the workers once their queued loads have gone (a committer that replayed another server's WAL)."""
+        with self._guard:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for worker in workers:
+            worker.items.put(None)
+        for worker in workers:
+            worker.thread.join(timeout=60)
 
     def stats(self) -> dict[str, int]:
         """Counts since start: groups run, loads in them, their Spark jobs, WAL appends and the fsyncs they took."""

@@ -169,6 +169,10 @@ class SharedTurnstile:
         self.floor = floor
         self.cond = threading.Condition()  # a local release wakes this server's waiting turns at once
         self.commit_lock = _CommitLock(versions, table_uuid)
+        # this server's versions of the table between `take` and `done`; a claim of this server not among them is
+        # left over (its release failed, or the reply to its take was lost) and is released by the next turn
+        self._mine: set[int] = set()
+        self._mine_lock = threading.Lock()
 
     # another server may have committed since this server's last commit: never skip the refresh
     @property
@@ -188,7 +192,14 @@ class SharedTurnstile:
         self.versions.raise_floor(self.table_uuid, version)
 
     def take(self) -> int:
-        return self.versions.take(self.table_uuid, self.floor)
+        with self._mine_lock:
+            version = self.versions.take(self.table_uuid, self.floor)
+            self._mine.add(version)
+        return version
+
+    def _left_over(self, version: int) -> bool:
+        with self._mine_lock:
+            return version not in self._mine
 
     @contextmanager
     def turn(self, version: int) -> Iterator[None]:
@@ -206,6 +217,10 @@ class SharedTurnstile:
                 break
             since = blocked_since.setdefault(lowest, time.monotonic())
             holder = lowest[1]
+            if holder == self.versions.holder and self._left_over(lowest[0]):
+                log.warning("released version %d of table %s: left over by this server", lowest[0], self.table_uuid)
+                self.versions.release(self.table_uuid, lowest[0])
+                continue
             if holder != self.versions.holder and time.monotonic() - since > DEAD_CHECK_SECONDS:
                 blocked_since.pop(lowest)
                 if not self.versions.is_live(holder):
@@ -217,9 +232,15 @@ class SharedTurnstile:
             yield
 
     def done(self, version: int) -> None:
-        self.versions.release(self.table_uuid, version)
-        with self.cond:
-            self.cond.notify_all()
+        """Release a version (a second release changes nothing). If the store cannot be reached, the claim stays
+        and the next turn of the table on this server releases it."""
+        with self._mine_lock:
+            self._mine.discard(version)
+        try:
+            self.versions.release(self.table_uuid, version)
+        finally:
+            with self.cond:
+                self.cond.notify_all()
 
 
 class _CommitLock:

@@ -131,3 +131,16 @@ def test_the_commit_lock_excludes_a_compaction_on_another_server(engine: sa.Engi
     a.done(version)
     assert entered.wait(5)
     thread.join()
+
+
+def test_a_claim_this_server_failed_to_release_is_released_by_its_next_turn(engine: sa.Engine) -> None:
+    versions = servers(engine, "a")[0]
+    turnstile = SharedTurnstile(versions, TABLE, floor=1)
+    lost = turnstile.take()
+    turnstile._mine.discard(lost)  # its `done` could not reach the store: the claim stayed
+    mine = turnstile.take()
+    started = time.monotonic()
+    with turnstile.turn(mine):
+        assert time.monotonic() - started < 1
+    turnstile.done(mine)
+    assert versions.lowest(TABLE) is None
