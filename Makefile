@@ -22,11 +22,14 @@ install: $(STAMP)
 run: install
 	$(PY) -m app
 
-# the mysql client tests run when the client is there; as root on Debian, `make test` installs it
+# the mysql client and PostgreSQL tests run when those are there; as root on Debian, `make test` installs them
 test: install lint
 	@command -v mysql >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends default-mysql-client-core \
 	  >/dev/null 2>&1 || echo "mysql client not installed: the tests that use it are skipped"
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql \
+	  >/dev/null 2>&1 || echo "PostgreSQL not installed: the tests that use it are skipped"
 	$(PY) -m pytest -q
 
 # everything, with the tests marked `cluster` (minutes: a Spark standalone cluster, tests/test_spark_cluster.py)

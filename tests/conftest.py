@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers import DorisClient, serving
 
+pytest_plugins = ["tests.postgres"]  # the `postgres` server and a `postgres_uri` database per module
+
 # the documents the project comes from, copied into the repo (tests/data/README.md says where from)
 DATA = Path(__file__).resolve().parent / "data"
 
