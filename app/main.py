@@ -59,6 +59,7 @@ def build_services(
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
     from tables.source_paths import SourcePolicy
+    from tables.store import Store, is_postgresql
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
     from tables.versions import SharedVersions
@@ -92,9 +93,13 @@ def build_services(
         log.info("Spark cluster check passed: %s, shared dir %s", settings.spark_master, shared_dir)
     spark = cast("SparkSession", handle)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
-    txns = TransactionStore(data_dir / "transactions.db", label_keep_seconds=settings.label_keep_seconds)
+    # the store of everything the server remembers (tables/store.py): SQLite files in the data dir, or the
+    # catalog's PostgreSQL database, which every server on that catalog shares
+    shared_store = Store(settings.resolved_catalog_uri) if is_postgresql(settings.resolved_catalog_uri) else None
+    store = shared_store or Store.sqlite(data_dir / "transactions.db")
+    txns = TransactionStore(store, label_keep_seconds=settings.label_keep_seconds)
     throttle = LoginThrottle(settings.login_max_failures, settings.login_lock_seconds)
-    accounts = AccountStore(data_dir / "transactions.db", throttle)  # the store of everything the server remembers
+    accounts = AccountStore(store, throttle)
     accounts.bootstrap(settings.root_password.get_secret_value())  # root's password: at the first start only
     visible, aborted = recover_prepared(catalog, txns)
     if visible or aborted:
@@ -128,7 +133,7 @@ def build_services(
     compactor = Compactor(spark=spark, catalog=catalog, writer=writer, policy=policy, on_compaction=on_compaction)
     if converted := compactor.convert_storage():  # merge-on-write tables an earlier release wrote
         log.info("converted %d merge-on-write tables to storage format %d", converted, STORAGE_FORMAT)
-    routine_store = RoutineLoadStore(data_dir / "transactions.db")
+    routine_store = RoutineLoadStore(store)
     if migrated := routine_store.migrate(parse_load_request):  # jobs an earlier release stored as raw headers
         log.info("routine load store migrated to format %d: %d jobs", STORE_FORMAT, migrated)
     routine_loads = RoutineLoadManager(
@@ -150,6 +155,7 @@ def build_services(
     broker_loads = BrokerLoads(
         loads=loads,
         data_dir=data_dir,
+        store=shared_store,  # none: data_dir/load_jobs.db
         sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
         max_waiting_jobs=settings.broker_max_waiting_jobs,
         concurrency=settings.broker_load_concurrency,
@@ -300,7 +306,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             compacting.cancel()
             await run_in_threadpool(services.spark.close)
             await run_in_threadpool(services.leases.close)  # the others take over this server's duties at once
-            services.txns.close()
+            services.txns.store.close()  # the accounts and routine-load jobs are in it too
 
     app = FastAPI(
         title="Doris-compatible stream load on Spark",

@@ -38,6 +38,7 @@ from tables.errors import DorisError, LoadError, SqlError, TxnStateError
 from tables.load_jobs import CANCELLED, FINISHED, LOADING, UNFINISHED, LoadJob, LoadJobStore
 from tables.load_spec import LoadRequest, MergeType, render_load
 from tables.source_paths import SourcePolicy, resolve_sources
+from tables.store import Store
 from tables.transactions import VISIBLE, Txn
 
 log = logging.getLogger(__name__)
@@ -208,12 +209,13 @@ class BrokerLoads:
         *,
         loads: LoadService,
         data_dir: Path,
+        store: Store | None = None,
         sources: SourcePolicy | None = None,
         max_waiting_jobs: int = 100,
         concurrency: int = 2,
     ) -> None:
         self.loads = loads
-        self.store = LoadJobStore(data_dir / "load_jobs.db")
+        self.store = LoadJobStore(store or data_dir / "load_jobs.db")  # the shared store, or a file of its own
         self.sources = sources or SourcePolicy.build([], [data_dir])
         self.max_waiting_jobs = max_waiting_jobs
         self._running: dict[int, PreparedLoad] = {}

@@ -25,15 +25,19 @@ import enum
 import hashlib
 import hmac
 import re
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from tables.errors import AccessDenied, AlreadyExists, DorisError, NotAuthorized
+from tables.store import GRANTS, ROLES, USER_ROLES, USERS, Store, Tx
 
 ROOT = "root"
 ADMIN = "admin"
@@ -238,111 +242,186 @@ def login_denied(user: str, used_password: bool) -> NotAuthorized:
     return NotAuthorized(f"Access denied for user '{user}' (using password: {'YES' if used_password else 'NO'})")
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS users (
-    name TEXT NOT NULL,
-    host TEXT NOT NULL,
-    password TEXT NOT NULL,
-    created REAL NOT NULL,
-    PRIMARY KEY (name, host)
-);
-CREATE TABLE IF NOT EXISTS roles (name TEXT PRIMARY KEY, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS user_roles (
-    name TEXT NOT NULL, host TEXT NOT NULL, role TEXT NOT NULL, PRIMARY KEY (name, host, role)
-);
-CREATE TABLE IF NOT EXISTS grants (
-    grantee TEXT NOT NULL,      -- 'user'@'host' for a user, the role's name for a role
-    is_role INTEGER NOT NULL,
-    db TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    privs INTEGER NOT NULL,
-    PRIMARY KEY (grantee, is_role, db, tbl)
-);
-"""
+_TABLES = (USERS, ROLES, USER_ROLES, GRANTS)
+
+
+def _bp(name: str, kind: Any = sa.Text) -> Any:
+    return sa.bindparam(name, type_=kind)
 
 
 @dataclass
 class AccountStore:
-    """The accounts, roles and grants; one SQLite connection guarded by a lock (as the transaction store)."""
+    """The accounts, roles and grants, in a `Store` (or a SQLite file at the path given). A write is one
+    transaction; on PostgreSQL every account write takes one lock, so servers sharing the database change
+    accounts one at a time (a check-then-insert cannot race another server's)."""
 
-    path: Path
+    path: Path | Store
     throttle: LoginThrottle = field(default_factory=lambda: LoginThrottle())
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.executescript(_SCHEMA)
+        self.store = Store.of(self.path)
+        self._owns_store = not isinstance(self.path, Store)
+        self.store.ensure(*_TABLES)
+        sql = self.store.sql
+        u, r, ur, g = USERS.c, ROLES.c, USER_ROLES.c, GRANTS.c
+        self._role_row = sql("roles get", lambda: sa.select(r.name).where(r.name == _bp("p_name")))
+        self._role_add = sql(
+            "roles add", lambda: sa.insert(ROLES).values(name=_bp("p_name"), created=_bp("p_now", sa.Float))
+        )
+        self._user_row_sql = sql(
+            "users get", lambda: sa.select(u.password).where(u.name == _bp("p_name"), u.host == _bp("p_host"))
+        )
+        self._user_add = sql(
+            "users add",
+            lambda: sa.insert(USERS).values(
+                name=_bp("p_name"), host=_bp("p_host"), password=_bp("p_password"), created=_bp("p_now", sa.Float)
+            ),
+        )
+        self._user_password = sql(
+            "users password",
+            lambda: (
+                sa.update(USERS)
+                .where(u.name == _bp("p_name"), u.host == _bp("p_host"))
+                .values(password=_bp("p_password"))
+            ),
+        )
+        self._user_del = sql(
+            "users del", lambda: sa.delete(USERS).where(u.name == _bp("p_name"), u.host == _bp("p_host"))
+        )
+        self._users = sql("users all", lambda: sa.select(u.name, u.host).order_by(u.name, u.host))
+        self._hosts = sql("users hosts", lambda: sa.select(u.host).where(u.name == _bp("p_name")))
+        self._member_add = sql(
+            "user_roles add",
+            lambda: (
+                self.store.insert(USER_ROLES)
+                .values(name=_bp("p_name"), host=_bp("p_host"), role=_bp("p_role"))
+                .on_conflict_do_nothing()
+            ),
+        )
+        self._member_del = sql(
+            "user_roles del",
+            lambda: sa.delete(USER_ROLES).where(
+                ur.name == _bp("p_name"), ur.host == _bp("p_host"), ur.role == _bp("p_role")
+            ),
+        )
+        self._members_del_user = sql(
+            "user_roles del user",
+            lambda: sa.delete(USER_ROLES).where(ur.name == _bp("p_name"), ur.host == _bp("p_host")),
+        )
+        self._members_del_role = sql(
+            "user_roles del role", lambda: sa.delete(USER_ROLES).where(ur.role == _bp("p_role"))
+        )
+        self._roles_of = sql(
+            "user_roles of",
+            lambda: sa.select(ur.role).where(ur.name == _bp("p_name"), ur.host == _bp("p_host")).order_by(ur.role),
+        )
+        self._roles = sql("roles all", lambda: sa.select(r.name).order_by(r.name))
+        self._role_del = sql("roles del", lambda: sa.delete(ROLES).where(r.name == _bp("p_name")))
+        self._grants_of = sql(
+            "grants of",
+            lambda: (
+                sa.select(g.db, g.tbl, g.privs)
+                .where(g.grantee == _bp("p_grantee"), g.is_role == _bp("p_is_role", sa.Integer))
+                .order_by(g.db, g.tbl)
+            ),
+        )
+        self._grants_del = sql(
+            "grants del",
+            lambda: sa.delete(GRANTS).where(g.grantee == _bp("p_grantee"), g.is_role == _bp("p_is_role", sa.Integer)),
+        )
+
+        def scope() -> sa.ColumnElement[bool]:
+            return sa.and_(
+                g.grantee == _bp("p_grantee"),
+                g.is_role == _bp("p_is_role", sa.Integer),
+                g.db == _bp("p_db"),
+                g.tbl == _bp("p_tbl"),
+            )
+
+        self._grant_get = sql("grants get", lambda: sa.select(g.privs).where(scope()))
+        self._grant_del = sql("grants del one", lambda: sa.delete(GRANTS).where(scope()))
+        self._grant_put = sql(
+            "grants put",
+            lambda: (
+                self.store.insert(GRANTS)
+                .values(
+                    grantee=_bp("p_grantee"),
+                    is_role=_bp("p_is_role", sa.Integer),
+                    db=_bp("p_db"),
+                    tbl=_bp("p_tbl"),
+                    privs=_bp("p_privs", sa.Integer),
+                )
+                .on_conflict_do_update(
+                    index_elements=[g.grantee, g.is_role, g.db, g.tbl], set_={"privs": _bp("p_privs", sa.Integer)}
+                )
+            ),
+        )
 
     def close(self) -> None:
-        self._conn.close()
+        if self._owns_store:
+            self.store.close()
 
     def bootstrap(self, root_password: str) -> None:
         """The built-in roles and users, created at the first start: their password comes from the settings then
         (or later, while it is still empty), and a `SET PASSWORD` is kept across restarts."""
-        with self._tx():
+        with self._tx() as tx:
             for role, privs in BUILTIN_ROLES.items():
-                if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
-                    self._conn.execute("INSERT INTO roles VALUES (?, ?)", (role, time.time()))
-                    self._put_grant(role, True, Scope(), privs)
+                if tx.run(self._role_row, p_name=role).first() is None:
+                    tx.run(self._role_add, p_name=role, p_now=time.time())
+                    self._put_grant(tx, role, True, Scope(), privs)
             for user, role, password in ((ROOT, OPERATOR_ROLE, root_password), (ADMIN, ADMIN_ROLE, root_password)):
                 identity = Identity(user)
-                row = self._user_row(identity)
+                row = self._user_row(tx, identity)
                 if row is None:
-                    self._insert_user(identity, native_password_hash(password))
-                    self._conn.execute("INSERT INTO user_roles VALUES (?, ?, ?)", (user, ANY_HOST, role))
+                    self._insert_user(tx, identity, native_password_hash(password))
+                    tx.run(self._member_add, p_name=user, p_host=ANY_HOST, p_role=role)
                 elif not row[0] and password:  # still empty: a server that now has a password never keeps none
-                    self._conn.execute(
-                        "UPDATE users SET password = ? WHERE name = ? AND host = ?",
-                        (native_password_hash(password), user, ANY_HOST),
-                    )
+                    tx.run(self._user_password, p_name=user, p_host=ANY_HOST, p_password=native_password_hash(password))
 
     # users
 
     def create_user(self, identity: Identity, password_hash: str, *, if_not_exists: bool = False) -> None:
-        with self._tx():
-            if self._user_row(identity) is not None:
+        with self._tx() as tx:
+            if self._user_row(tx, identity) is not None:
                 if if_not_exists:
                     return
                 raise AlreadyExists(f"Operation CREATE USER failed for {identity} : user already exists")
-            self._insert_user(identity, password_hash)
+            self._insert_user(tx, identity, password_hash)
 
     def drop_user(self, identity: Identity, *, if_exists: bool = False) -> None:
         if identity.user in (ROOT, ADMIN):
             raise DorisError(f"Can not drop user {identity.user}")
-        with self._tx():
-            if self._user_row(identity) is None:
+        with self._tx() as tx:
+            if self._user_row(tx, identity) is None:
                 if if_exists:
                     return
                 raise DorisError(f"Operation DROP USER failed for {identity} : user not exists")
-            self._conn.execute("DELETE FROM users WHERE name = ? AND host = ?", (identity.user, identity.host))
-            self._conn.execute("DELETE FROM user_roles WHERE name = ? AND host = ?", (identity.user, identity.host))
-            self._conn.execute("DELETE FROM grants WHERE grantee = ? AND is_role = 0", (str(identity),))
+            tx.run(self._user_del, p_name=identity.user, p_host=identity.host)
+            tx.run(self._members_del_user, p_name=identity.user, p_host=identity.host)
+            tx.run(self._grants_del, p_grantee=str(identity), p_is_role=0)
 
     def set_password(self, identity: Identity, password_hash: str) -> None:
-        with self._tx():
-            if self._user_row(identity) is None:
+        with self._tx() as tx:
+            if self._user_row(tx, identity) is None:
                 raise DorisError(f"user {identity} does not exist")
-            self._conn.execute(
-                "UPDATE users SET password = ? WHERE name = ? AND host = ?",
-                (password_hash, identity.user, identity.host),
-            )
+            tx.run(self._user_password, p_name=identity.user, p_host=identity.host, p_password=password_hash)
 
     def users(self) -> list[Identity]:
-        return [Identity(n, h) for n, h in self._conn.execute("SELECT name, host FROM users ORDER BY name, host")]
+        with self.store.read() as tx:
+            return [Identity(n, h) for n, h in tx.run(self._users).rows]
 
     def match(self, user: str, client: str) -> Identity | None:
         """The identity a login as `user` from `client` takes: the most specific matching host, as MySQL picks
         (a literal host before a pattern, `%` last)."""
-        rows = self._conn.execute("SELECT host FROM users WHERE name = ?", (user,)).fetchall()
+        with self.store.read() as tx:
+            rows = tx.run(self._hosts, p_name=user).rows
         candidates = [Identity(user, host) for (host,) in rows if Identity(user, host).host_matches(client)]
         candidates.sort(key=lambda i: (i.host == ANY_HOST, "%" in i.host or "_" in i.host, -len(i.host)))
         return candidates[0] if candidates else None
 
     def password_hash(self, identity: Identity) -> str | None:
-        row = self._user_row(identity)
+        with self.store.read() as tx:
+            row = self._user_row(tx, identity)
         return None if row is None else str(row[0])
 
     def authenticate(self, user: str, password: str, client: str) -> Identity:
@@ -363,43 +442,40 @@ class AccountStore:
     # roles
 
     def create_role(self, role: str, *, if_not_exists: bool = False) -> None:
-        with self._tx():
-            if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is not None:
+        with self._tx() as tx:
+            if tx.run(self._role_row, p_name=role).first() is not None:
                 if if_not_exists:
                     return
                 raise AlreadyExists(f"Role {role} already exists")
-            self._conn.execute("INSERT INTO roles VALUES (?, ?)", (role, time.time()))
+            tx.run(self._role_add, p_name=role, p_now=time.time())
 
     def drop_role(self, role: str, *, if_exists: bool = False) -> None:
         if role in BUILTIN_ROLES:
             raise DorisError(f"Can not drop role {role}")
-        with self._tx():
-            if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
+        with self._tx() as tx:
+            if tx.run(self._role_row, p_name=role).first() is None:
                 if if_exists:
                     return
                 raise DorisError(f"Role {role} does not exist")
-            self._conn.execute("DELETE FROM roles WHERE name = ?", (role,))
-            self._conn.execute("DELETE FROM user_roles WHERE role = ?", (role,))
-            self._conn.execute("DELETE FROM grants WHERE grantee = ? AND is_role = 1", (role,))
+            tx.run(self._role_del, p_name=role)
+            tx.run(self._members_del_role, p_role=role)
+            tx.run(self._grants_del, p_grantee=role, p_is_role=1)
 
     def roles(self) -> list[str]:
-        return [name for (name,) in self._conn.execute("SELECT name FROM roles ORDER BY name")]
+        with self.store.read() as tx:
+            return [name for (name,) in tx.run(self._roles).rows]
 
     def grant_role(self, role: str, identity: Identity) -> None:
-        with self._tx():
-            self._require_role(role)
-            self._require_user(identity)
-            self._conn.execute(
-                "INSERT OR IGNORE INTO user_roles VALUES (?, ?, ?)", (identity.user, identity.host, role)
-            )
+        with self._tx() as tx:
+            self._require_role(tx, role)
+            self._require_user(tx, identity)
+            tx.run(self._member_add, p_name=identity.user, p_host=identity.host, p_role=role)
 
     def revoke_role(self, role: str, identity: Identity) -> None:
-        with self._tx():
-            self._require_role(role)
-            self._require_user(identity)
-            self._conn.execute(
-                "DELETE FROM user_roles WHERE name = ? AND host = ? AND role = ?", (identity.user, identity.host, role)
-            )
+        with self._tx() as tx:
+            self._require_role(tx, role)
+            self._require_user(tx, identity)
+            tx.run(self._member_del, p_name=identity.user, p_host=identity.host, p_role=role)
 
     # grants
 
@@ -411,74 +487,65 @@ class AccountStore:
         """
         self._check_level(privs, scope)
         grantee, is_role = self._grantee(user, role)
-        with self._tx():
-            self._require_grantee(user, role)
-            held = self._held(grantee, is_role, scope)
-            self._put_grant(grantee, is_role, scope, held | privs)
+        with self._tx() as tx:
+            self._require_grantee(tx, user, role)
+            held = self._held(tx, grantee, is_role, scope)
+            self._put_grant(tx, grantee, is_role, scope, held | privs)
 
     def revoke(self, privs: Priv, scope: Scope, *, user: Identity | None = None, role: str | None = None) -> None:
         self._check_level(privs, scope)
         grantee, is_role = self._grantee(user, role)
-        with self._tx():
-            self._require_grantee(user, role)
-            remaining = self._held(grantee, is_role, scope) & ~privs
-            self._put_grant(grantee, is_role, scope, remaining)
+        with self._tx() as tx:
+            self._require_grantee(tx, user, role)
+            remaining = self._held(tx, grantee, is_role, scope) & ~privs
+            self._put_grant(tx, grantee, is_role, scope, remaining)
 
     def privileges(self, identity: Identity) -> Privileges:
         """The user's own grants and its roles' grants; empty for a user that no longer exists."""
-        if self._user_row(identity) is None:
-            return Privileges(identity)
-        roles = tuple(
-            r
-            for (r,) in self._conn.execute(
-                "SELECT role FROM user_roles WHERE name = ? AND host = ? ORDER BY role", (identity.user, identity.host)
-            )
-        )
-        rows = self._conn.execute(
-            "SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = 0", (str(identity),)
-        )
+        with self.store.read() as tx:
+            if self._user_row(tx, identity) is None:
+                return Privileges(identity)
+            roles = tuple(r for (r,) in tx.run(self._roles_of, p_name=identity.user, p_host=identity.host).rows)
+            rows = tx.run(self._grants_of, p_grantee=str(identity), p_is_role=0).rows
+            for role in roles:
+                rows += tx.run(self._grants_of, p_grantee=role, p_is_role=1).rows
         grants = [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
-        for role in roles:
-            rows = self._conn.execute("SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = 1", (role,))
-            grants += [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
         return Privileges(identity, tuple(grants), roles)
 
     def own_grants(self, *, user: Identity | None = None, role: str | None = None) -> list[Grant]:
         grantee, is_role = self._grantee(user, role)
-        rows = self._conn.execute(
-            "SELECT db, tbl, privs FROM grants WHERE grantee = ? AND is_role = ? ORDER BY db, tbl", (grantee, is_role)
-        )
+        with self.store.read() as tx:
+            rows = tx.run(self._grants_of, p_grantee=grantee, p_is_role=int(is_role)).rows
         return [Grant(Scope(db, tbl), Priv(p)) for db, tbl, p in rows]
 
     # internals
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._conn, self._lock)
+    @contextmanager
+    def _tx(self) -> Iterator[Tx]:
+        with self.store.write() as tx:
+            tx.lock("accounts")
+            yield tx
 
-    def _user_row(self, identity: Identity) -> tuple[str] | None:
-        row = self._conn.execute(
-            "SELECT password FROM users WHERE name = ? AND host = ?", (identity.user, identity.host)
-        ).fetchone()
+    def _user_row(self, tx: Tx, identity: Identity) -> tuple[str] | None:
+        row = tx.run(self._user_row_sql, p_name=identity.user, p_host=identity.host).first()
         return None if row is None else (str(row[0]),)
 
-    def _insert_user(self, identity: Identity, password_hash: str) -> None:
-        self._conn.execute(
-            "INSERT INTO users VALUES (?, ?, ?, ?)", (identity.user, identity.host, password_hash, time.time())
-        )
+    def _insert_user(self, tx: Tx, identity: Identity, password_hash: str) -> None:
+        tx.run(self._user_add, p_name=identity.user, p_host=identity.host, p_password=password_hash, p_now=time.time())
 
-    def _require_user(self, identity: Identity) -> None:
-        if self._user_row(identity) is None:
+    def _require_user(self, tx: Tx, identity: Identity) -> None:
+        if self._user_row(tx, identity) is None:
             raise DorisError(f"user {identity} does not exist")
 
-    def _require_role(self, role: str) -> None:
-        if self._conn.execute("SELECT 1 FROM roles WHERE name = ?", (role,)).fetchone() is None:
+    def _require_role(self, tx: Tx, role: str) -> None:
+        if tx.run(self._role_row, p_name=role).first() is None:
             raise DorisError(f"role: {role} does not exist")
 
-    def _require_grantee(self, user: Identity | None, role: str | None) -> None:
+    def _require_grantee(self, tx: Tx, user: Identity | None, role: str | None) -> None:
         if role is not None:
-            self._require_role(role)
+            self._require_role(tx, role)
         elif user is not None:
-            self._require_user(user)
+            self._require_user(tx, user)
 
     @staticmethod
     def _grantee(user: Identity | None, role: str | None) -> tuple[str, bool]:
@@ -491,42 +558,18 @@ class AccountStore:
         if privs & GLOBAL_ONLY and not scope.is_global:
             raise DorisError("ADMIN_PRIV and NODE_PRIV can only be granted/revoke on/from *.*.*")
 
-    def _held(self, grantee: str, is_role: bool, scope: Scope) -> Priv:
-        row = self._conn.execute(
-            "SELECT privs FROM grants WHERE grantee = ? AND is_role = ? AND db = ? AND tbl = ?",
-            (grantee, is_role, scope.db, scope.table),
-        ).fetchone()
+    def _held(self, tx: Tx, grantee: str, is_role: bool, scope: Scope) -> Priv:
+        row = tx.run(
+            self._grant_get, p_grantee=grantee, p_is_role=int(is_role), p_db=scope.db, p_tbl=scope.table
+        ).first()
         return NONE if row is None else Priv(row[0])
 
-    def _put_grant(self, grantee: str, is_role: bool, scope: Scope, privs: Priv) -> None:
+    def _put_grant(self, tx: Tx, grantee: str, is_role: bool, scope: Scope, privs: Priv) -> None:
+        where = {"p_grantee": grantee, "p_is_role": int(is_role), "p_db": scope.db, "p_tbl": scope.table}
         if privs == NONE:
-            self._conn.execute(
-                "DELETE FROM grants WHERE grantee = ? AND is_role = ? AND db = ? AND tbl = ?",
-                (grantee, is_role, scope.db, scope.table),
-            )
+            tx.run(self._grant_del, **where)
             return
-        self._conn.execute(
-            "INSERT OR REPLACE INTO grants VALUES (?, ?, ?, ?, ?)",
-            (grantee, is_role, scope.db, scope.table, privs.value),
-        )
-
-
-@dataclass
-class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's lock; rolled back on any exception."""
-
-    conn: sqlite3.Connection
-    lock: threading.Lock
-
-    def __enter__(self) -> None:
-        self.lock.acquire()
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        try:
-            self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
-        finally:
-            self.lock.release()
+        tx.run(self._grant_put, **where, p_privs=privs.value)
 
 
 @dataclass

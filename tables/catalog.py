@@ -55,6 +55,7 @@ from tables.names import check_database_name, check_table_name
 from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
+from tables.store import report_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,9 @@ class _SqlCatalog(SqlCatalog):
     the parsed metadata it had (pydantic models, frozen: sharing is safe). A commit writes a new metadata file
     under a new location, so a cached entry is never stale: the row says which file is current.
 
-    On SQLite the database is put in WAL mode, so reads of the catalog do not wait for a commit's write.
+    On SQLite the database is put in WAL mode, so reads of the catalog do not wait for a commit's write. On a
+    server database (PostgreSQL) connections are pinged before use, so a restart of the database is survived,
+    and while it cannot be reached every call raises `StoreUnavailable` (Doris's `[INTERNAL_ERROR]...`).
     """
 
     CACHED = 64  # metadata files kept parsed (one per table in use; a commit makes the old one unused)
@@ -117,6 +120,8 @@ class _SqlCatalog(SqlCatalog):
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # kept in the file: every connection uses it
+        else:
+            report_unavailable(self.engine)
 
     def load_table(self, identifier: str | tuple[str, ...]) -> Table:
         namespace = SqlCatalog.namespace_to_string(SqlCatalog.namespace_from(identifier))
@@ -293,7 +298,7 @@ class Catalog:
     def __init__(self, *, uri: str, warehouse: Path) -> None:
         warehouse.mkdir(parents=True, exist_ok=True)
         self.warehouse = warehouse.resolve()
-        self._iceberg = _SqlCatalog("default", uri=uri, warehouse=f"file://{warehouse}")
+        self._iceberg = _SqlCatalog("default", uri=uri, warehouse=f"file://{warehouse}", pool_pre_ping="true")
         self._ddl_lock = threading.Lock()
 
     # -- databases -----------------------------------------------------------------------

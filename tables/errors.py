@@ -27,6 +27,7 @@ layer for it. The boundary renders them: `app.responses` (one FastAPI exception 
         │   └── AccessDenied        a privilege the user does not hold (Doris's 1044 / 1142 / 1227 texts)
         ├── BadRequest              body framing, size, a table or column the load cannot use
         ├── ServiceUnavailable      the server is draining for shutdown, or its Spark backend is down
+        ├── StoreUnavailable        the catalog's database (PostgreSQL) cannot be reached: nothing was changed
         ├── LoadTimeout             the load outlived its `timeout` header
         └── DataQualityError        too many filtered rows; carries the error-log URL
 
@@ -191,6 +192,14 @@ class LoadTimeout(LoadError):
 
 class ServiceUnavailable(LoadError):
     code = "SERVICE_UNAVAILABLE"
+
+
+class StoreUnavailable(LoadError):
+    """The database of the catalog and the store cannot be reached (down, restarting, unreachable): the
+    operation changed nothing; the next one connects again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"catalog database unavailable: {reason}")
 
 
 class DataQualityError(LoadError):

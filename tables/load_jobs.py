@@ -1,41 +1,23 @@
-"""Broker load jobs (`LOAD LABEL ...`), kept in a small SQLite table so SHOW LOAD outlives a restart and
+"""Broker load jobs (`LOAD LABEL ...`), kept in the store (tables/store.py) so SHOW LOAD outlives a restart and
 start-up can resume or cancel a job that was running when the server stopped."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
+
+from tables.store import LOAD_JOBS, Store, one_of
 
 PENDING = "PENDING"
 LOADING = "LOADING"
 FINISHED = "FINISHED"
 CANCELLED = "CANCELLED"
 UNFINISHED = (PENDING, LOADING)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS load_jobs (
-    job_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    db TEXT NOT NULL,
-    label TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    statement TEXT NOT NULL,
-    state TEXT NOT NULL,
-    txn_id INTEGER,
-    error_msg TEXT,
-    url TEXT,
-    details TEXT NOT NULL DEFAULT '{}',
-    task_info TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL,
-    load_started REAL,
-    finished REAL
-);
-CREATE INDEX IF NOT EXISTS load_jobs_label ON load_jobs (db, label);
-"""
 
 
 @dataclass(frozen=True)
@@ -63,57 +45,91 @@ def _job(row: tuple[Any, ...]) -> LoadJob:
 
 
 class LoadJobStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+    """Broker load jobs in a `Store`, or a SQLite file at the path given (`data_dir/load_jobs.db`)."""
+
+    def __init__(self, store: Store | Path) -> None:
+        self.store = Store.of(store)
+        self._owns_store = not isinstance(store, Store)
+        self.store.ensure(LOAD_JOBS)
+        sql, j = self.store.sql, LOAD_JOBS.c
+        self._add = sql(
+            "load_jobs add",
+            lambda: (
+                sa.insert(LOAD_JOBS)
+                .values(
+                    db=sa.bindparam("p_db"),
+                    label=sa.bindparam("p_label"),
+                    tbl=sa.bindparam("p_tbl"),
+                    statement=sa.bindparam("p_statement"),
+                    state=PENDING,
+                    task_info=sa.bindparam("p_task_info"),
+                    created=sa.bindparam("p_now", type_=sa.Float),
+                )
+                .returning(j.job_id)
+            ),
+        )
+        self._get = sql("load_jobs get", lambda: sa.select(LOAD_JOBS).where(j.job_id == sa.bindparam("p_id")))
+        self._unfinished = sql(
+            "load_jobs unfinished", lambda: sa.select(LOAD_JOBS).where(one_of(j.state, UNFINISHED)).order_by(j.job_id)
+        )
+        self._unfinished_count = sql(
+            "load_jobs unfinished count",
+            lambda: sa.select(sa.func.count()).select_from(LOAD_JOBS).where(one_of(j.state, UNFINISHED)),
+        )
 
     def create(self, *, db: str, label: str, table: str, statement: str, task_info: str) -> int:
-        with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO load_jobs (db, label, tbl, statement, state, task_info, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (db, label, table, statement, PENDING, task_info, time.time()),
-            )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        row = self.store.write_one(
+            self._add,
+            p_db=db,
+            p_label=label,
+            p_tbl=table,
+            p_statement=statement,
+            p_task_info=task_info,
+            p_now=time.time(),
+        )
+        return int(row.scalar())
 
     def update(self, job_id: int, **values: Any) -> None:
         if "details" in values:
             values["details"] = json.dumps(values["details"])
-        sets = ", ".join(f"{k} = ?" for k in values)
-        with self._lock:
-            self._conn.execute(f"UPDATE load_jobs SET {sets} WHERE job_id = ?", (*values.values(), job_id))
+        names = tuple(sorted(values))
+        sql = self.store.sql(
+            ("load_jobs update", names),
+            lambda: (
+                sa.update(LOAD_JOBS)
+                .where(LOAD_JOBS.c.job_id == sa.bindparam("p_id"))
+                .values({n: sa.bindparam(f"p_{n}", type_=LOAD_JOBS.c[n].type) for n in names})
+            ),
+        )
+        self.store.write_one(sql, p_id=job_id, **{f"p_{n}": values[n] for n in names})
 
     def get(self, job_id: int) -> LoadJob | None:
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM load_jobs WHERE job_id = ?", (job_id,)).fetchone()
+        with self.store.read() as tx:
+            row = tx.run(self._get, p_id=job_id).first()
         return _job(row) if row else None
 
     def in_database(self, db: str, *, label: str | None = None) -> list[LoadJob]:
-        sql, args = "SELECT * FROM load_jobs WHERE db = ?", [db]
-        if label is not None:
-            sql += " AND label = ?"
-            args.append(label)
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY job_id", args).fetchall()
+        def build() -> sa.Select[Any]:
+            query = sa.select(LOAD_JOBS).where(LOAD_JOBS.c.db == sa.bindparam("p_db"))
+            if label is not None:
+                query = query.where(LOAD_JOBS.c.label == sa.bindparam("p_label"))
+            return query.order_by(LOAD_JOBS.c.job_id)
+
+        sql = self.store.sql(("load_jobs in_database", label is not None), build)
+        with self.store.read() as tx:
+            rows = tx.run(sql, p_db=db, p_label=label).rows
         return [_job(r) for r in rows]
 
     def unfinished(self) -> list[LoadJob]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT * FROM load_jobs WHERE state IN (?, ?) ORDER BY job_id", UNFINISHED
-            ).fetchall()
+        with self.store.read() as tx:
+            rows = tx.run(self._unfinished).rows
         return [_job(r) for r in rows]
 
     def unfinished_count(self) -> int:
         """Jobs PENDING or LOADING in every database (Doris bounds them all together)."""
-        with self._lock:
-            (count,) = self._conn.execute("SELECT count(*) FROM load_jobs WHERE state IN (?, ?)", UNFINISHED).fetchone()
-        return int(count)
+        with self.store.read() as tx:
+            return int(tx.run(self._unfinished_count).scalar())
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        if self._owns_store:
+            self.store.close()

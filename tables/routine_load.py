@@ -1,4 +1,4 @@
-"""Routine load jobs: their definition, state and statistics, kept in SQLite beside the transactions.
+"""Routine load jobs: their definition, state and statistics, kept in the store beside the transactions.
 
 A job keeps the `LoadRequest` its batches run (store format 2); a store written by an earlier release holds
 raw stream-load headers instead (format 1) and is migrated when the manager opens it (`migrate`).
@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tables.errors import AlreadyExists, DorisError, KafkaPropertyError, LoadError
 from tables.load_spec import LoadRequest
 from tables.source_paths import check_cert_file
+from tables.store import ROUTINE_LOAD_FORMAT, ROUTINE_LOAD_JOBS, ROUTINE_LOAD_TXNS, Store
 
 
 class JobState(StrEnum):
@@ -277,70 +277,97 @@ class RoutineLoadJob(BaseModel):
     user: str = "root"
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS routine_load_jobs (
-    job_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    db TEXT NOT NULL,
-    name TEXT NOT NULL,
-    body TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS routine_load_txns (
-    txn_id INTEGER PRIMARY KEY,
-    job_id INTEGER NOT NULL,
-    progress TEXT NOT NULL,
-    counts TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS routine_load_txns_job ON routine_load_txns (job_id, txn_id);
-CREATE TABLE IF NOT EXISTS routine_load_format (version INTEGER NOT NULL);
-"""
 # 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest
 STORE_FORMAT = 2
 HeaderParser = Callable[[str, str, Mapping[str, str]], LoadRequest]  # (db, table, headers) → the load
 
 
 class RoutineLoadStore:
-    """Jobs and per-batch offsets in SQLite (the transaction table's file); one connection under a lock."""
+    """Jobs and per-batch offsets in a `Store` (the transactions' database), or a SQLite file at the path given."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()
-        self._conn.execute("BEGIN IMMEDIATE")
-        if self._conn.execute("SELECT version FROM routine_load_format").fetchone() is None:
-            older = self._conn.execute("SELECT 1 FROM routine_load_jobs LIMIT 1").fetchone() is not None
-            self._conn.execute("INSERT INTO routine_load_format (version) VALUES (?)", (1 if older else STORE_FORMAT,))
-        self._conn.execute("COMMIT")
+    def __init__(self, store: Store | Path) -> None:
+        self.store = Store.of(store)
+        self._owns_store = not isinstance(store, Store)
+        self.store.ensure(ROUTINE_LOAD_JOBS, ROUTINE_LOAD_TXNS, ROUTINE_LOAD_FORMAT)
+        sql, j, b = self.store.sql, ROUTINE_LOAD_JOBS.c, ROUTINE_LOAD_TXNS.c
+        self._version = sql("rl format", lambda: sa.select(ROUTINE_LOAD_FORMAT.c.version))
+        self._set_version = sql(
+            "rl format set", lambda: sa.update(ROUTINE_LOAD_FORMAT).values(version=sa.bindparam("p_version"))
+        )
+        self._add_version = sql(
+            "rl format add", lambda: sa.insert(ROUTINE_LOAD_FORMAT).values(version=sa.bindparam("p_version"))
+        )
+        self._any_job = sql("rl any", lambda: sa.select(j.job_id).limit(1))
+        self._bodies = sql("rl bodies", lambda: sa.select(j.job_id, j.body).order_by(j.job_id))
+        self._named = sql(
+            "rl named",
+            lambda: sa.select(j.body).where(j.db == sa.bindparam("p_db"), j.name == sa.bindparam("p_name")),
+        )
+        self._add = sql(
+            "rl add",
+            lambda: (
+                sa.insert(ROUTINE_LOAD_JOBS)
+                .values(db=sa.bindparam("p_db"), name=sa.bindparam("p_name"), body="")
+                .returning(j.job_id)
+            ),
+        )
+        self._save = sql(
+            "rl save",
+            lambda: (
+                sa.update(ROUTINE_LOAD_JOBS)
+                .where(j.job_id == sa.bindparam("p_id"))
+                .values(body=sa.bindparam("p_body", type_=sa.Text))
+            ),
+        )
+        self._record = sql(
+            "rl record",
+            lambda: sa.insert(ROUTINE_LOAD_TXNS).values(
+                txn_id=sa.bindparam("p_txn"),
+                job_id=sa.bindparam("p_job"),
+                progress=sa.bindparam("p_progress", type_=sa.Text),
+                counts=sa.bindparam("p_counts", type_=sa.Text),
+            ),
+        )
+        self._recount = sql(
+            "rl recount",
+            lambda: (
+                sa.update(ROUTINE_LOAD_TXNS)
+                .where(b.txn_id == sa.bindparam("p_txn"))
+                .values(counts=sa.bindparam("p_counts", type_=sa.Text))
+            ),
+        )
+        self._after = sql(
+            "rl after",
+            lambda: (
+                sa.select(b.txn_id, b.progress, b.counts)
+                .where(b.job_id == sa.bindparam("p_job"), b.txn_id > sa.bindparam("p_txn"))
+                .order_by(b.txn_id)
+            ),
+        )
+        with self.store.write() as tx:
+            tx.lock("routine load")  # servers starting together: one format row
+            if tx.run(self._version).first() is None:
+                older = tx.run(self._any_job).first() is not None
+                tx.run(self._add_version, p_version=1 if older else STORE_FORMAT)
 
     @property
     def format(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT version FROM routine_load_format").fetchone()[0])
+        with self.store.read() as tx:
+            return int(tx.run(self._version).scalar())
 
     def migrate(self, parse_headers: HeaderParser) -> int:
         """Bring a store of an earlier format to `STORE_FORMAT`, in one transaction; returns the jobs rewritten.
 
         `parse_headers` is the stream-load header parser (`loaders.headers.parse_load_request`, a layer above).
         """
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                (version,) = self._conn.execute("SELECT version FROM routine_load_format").fetchone()
-                rows = self._conn.execute("SELECT job_id, body FROM routine_load_jobs").fetchall()
-                if version >= STORE_FORMAT:
-                    rows = []
-                for job_id, body in rows:
-                    job = RoutineLoadJob.model_validate(_upgrade_v1(json.loads(body), parse_headers))
-                    self._conn.execute(
-                        "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job_id)
-                    )
-                self._conn.execute("UPDATE routine_load_format SET version = ?", (STORE_FORMAT,))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self.store.write() as tx:
+            tx.lock("routine load")
+            version = int(tx.run(self._version).scalar())
+            rows = tx.run(self._bodies).rows if version < STORE_FORMAT else []
+            for job_id, body in rows:
+                job = RoutineLoadJob.model_validate(_upgrade_v1(json.loads(body), parse_headers))
+                tx.run(self._save, p_id=job_id, p_body=job.model_dump_json())
+            tx.run(self._set_version, p_version=STORE_FORMAT)
         return len(rows)
 
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
@@ -349,69 +376,45 @@ class RoutineLoadStore:
         Raises:
             AlreadyExists: a job of that name in that database is not STOPPED or CANCELLED.
         """
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for (body,) in self._conn.execute(
-                    "SELECT body FROM routine_load_jobs WHERE db = ? AND name = ?", (spec.db, spec.name)
-                ):
-                    if not RoutineLoadJob.model_validate_json(body).state.is_final:
-                        raise AlreadyExists(f"Name {spec.name} already used in db {spec.db}")
-                cur = self._conn.execute(
-                    "INSERT INTO routine_load_jobs (db, name, body) VALUES (?, ?, '')", (spec.db, spec.name)
-                )
-                assert cur.lastrowid is not None
-                job = RoutineLoadJob(id=cur.lastrowid, spec=spec)
-                self._conn.execute(
-                    "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job.id)
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self.store.write() as tx:
+            tx.lock(f"routine load\0{spec.db}\0{spec.name}")  # one name, one live job, across servers
+            for (body,) in tx.run(self._named, p_db=spec.db, p_name=spec.name).rows:
+                if not RoutineLoadJob.model_validate_json(body).state.is_final:
+                    raise AlreadyExists(f"Name {spec.name} already used in db {spec.db}")
+            job_id = int(tx.run(self._add, p_db=spec.db, p_name=spec.name).scalar())
+            job = RoutineLoadJob(id=job_id, spec=spec)
+            tx.run(self._save, p_id=job.id, p_body=job.model_dump_json())
         return job
 
     def save(self, job: RoutineLoadJob) -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE routine_load_jobs SET body = ? WHERE job_id = ?", (job.model_dump_json(), job.id)
-            )
+        self.store.write_one(self._save, p_id=job.id, p_body=job.model_dump_json())
 
     def all(self) -> list[RoutineLoadJob]:
-        with self._lock:
-            rows = self._conn.execute("SELECT body FROM routine_load_jobs ORDER BY job_id").fetchall()
-        return [RoutineLoadJob.model_validate_json(body) for (body,) in rows]
+        with self.store.read() as tx:
+            rows = tx.run(self._bodies).rows
+        return [RoutineLoadJob.model_validate_json(body) for (_, body) in rows]
 
     def record_batch(self, txn_id: int, job_id: int, progress: dict[int, int], counts: BatchCounts) -> None:
         """The offsets and counts a batch commits, keyed by its (PREPARE) transaction."""
-        with self._lock:
-            self._conn.execute(
-                "INSERT INTO routine_load_txns (txn_id, job_id, progress, counts) VALUES (?, ?, ?, ?)",
-                (txn_id, job_id, json.dumps(progress), counts.model_dump_json()),
-            )
+        self.store.write_one(
+            self._record, p_txn=txn_id, p_job=job_id, p_progress=json.dumps(progress), p_counts=counts.model_dump_json()
+        )
 
     def update_batch_counts(self, txn_id: int, counts: BatchCounts) -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE routine_load_txns SET counts = ? WHERE txn_id = ?", (counts.model_dump_json(), txn_id)
-            )
+        self.store.write_one(self._recount, p_txn=txn_id, p_counts=counts.model_dump_json())
 
     def batches_after(self, job_id: int, txn_id: int) -> list[tuple[int, dict[int, int], BatchCounts]]:
         """Batches of a job newer than `txn_id`, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT txn_id, progress, counts FROM routine_load_txns WHERE job_id = ? AND txn_id > ? "
-                "ORDER BY txn_id",
-                (job_id, txn_id),
-            ).fetchall()
+        with self.store.read() as tx:
+            rows = tx.run(self._after, p_job=job_id, p_txn=txn_id).rows
         return [
             (t, {int(k): int(v) for k, v in json.loads(p).items()}, BatchCounts.model_validate_json(c))
             for t, p, c in rows
         ]
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        if self._owns_store:
+            self.store.close()
 
 
 def _upgrade_v1(job: dict[str, Any], parse_headers: HeaderParser) -> dict[str, Any]:

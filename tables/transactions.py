@@ -1,4 +1,5 @@
-"""Labels and transactions, in a small SQLite table beside the catalog.
+"""Labels and transactions, in the store's `txns` table (tables/store.py: SQLite beside the catalog, or the
+catalog's PostgreSQL database that several servers share).
 
 A load claims its label (PREPARE) before its job runs, its snapshot carries `doris.txn_id`, and it is
 marked VISIBLE after the Iceberg commit, or ABORTED when it fails (which frees the label).
@@ -6,18 +7,26 @@ marked VISIBLE after the Iceberg commit, or ABORTED when it fails (which frees t
 Claims of concurrent loads share one database transaction (`begin`): a claim that arrives while another
 batch is being written waits and goes into the next one, so N concurrent loads cost about one synced write,
 not N, as a database's group commit of its log does.
+
+Across servers (one PostgreSQL): transaction ids come from the database's sequence (rowset directories are
+named `txn_<id>`); a claim takes a lock on its label for its transaction (`Tx.lock`), so of two servers claiming
+one label at once exactly one wins and the other answers LabelAlreadyExists; every state change is a conditional
+UPDATE (compare-and-set), so a 2PC commit on one server and an abort on another cannot both win.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from tables.errors import LabelAlreadyExists
+from tables.store import TXNS, Store, Tx, one_of
 
 PREPARE = "PREPARE"
 PRECOMMITTED = "PRECOMMITTED"
@@ -25,23 +34,6 @@ COMMITTED = "COMMITTED"
 VISIBLE = "VISIBLE"
 ABORTED = "ABORTED"
 UNKNOWN = "UNKNOWN"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS txns (
-    txn_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    db TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    label TEXT NOT NULL,
-    state TEXT NOT NULL,
-    created REAL NOT NULL,
-    finished REAL,
-    reason TEXT,
-    precommitted REAL,
-    schema_version INTEGER,
-    table_uuid TEXT
-);
-CREATE INDEX IF NOT EXISTS txns_label ON txns (db, label);
-"""
 
 
 @dataclass(frozen=True)
@@ -73,33 +65,51 @@ class _Claim:
 
 
 class TransactionStore:
-    """Label claims and transaction states; one SQLite connection guarded by a lock."""
+    """Label claims and transaction states, in a `Store` (or a SQLite file at the path given)."""
 
-    def __init__(self, path: Path, *, label_keep_seconds: float = 43200.0) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.executescript(_SCHEMA)
-        present = {row[1] for row in self._conn.execute("PRAGMA table_info(txns)")}
-        for column in (
-            "reason TEXT",
-            "precommitted REAL",
-            "schema_version INTEGER",
-            "table_uuid TEXT",
-        ):  # tables created before these columns existed
-            if column.split()[0] not in present:
-                self._conn.execute(f"ALTER TABLE txns ADD COLUMN {column}")
-        self._lock = threading.Lock()
-        # reads go through a connection of their own (WAL mode: a read sees the last commit and never waits
-        # for a write's sync, e.g. an async load's state check behind a batch of label claims)
-        self._read = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._read_lock = threading.Lock()
+    def __init__(self, store: Store | Path, *, label_keep_seconds: float = 43200.0) -> None:
+        self.store = Store.of(store)
+        self._owns_store = not isinstance(store, Store)
+        self.store.ensure(TXNS)
         self.label_keep_seconds = label_keep_seconds
         self._claims: list[_Claim] = []  # waiting for the next batch
         self._claiming = False  # a batch is being written
         self._claims_ready = threading.Condition(threading.Lock())
         self.claim_batches = 0  # database transactions that wrote claims (each may hold many)
+        sql, t = self.store.sql, TXNS.c
+        self._holders = sql(
+            "txns holders",
+            lambda: (
+                sa.select(TXNS)
+                .where(t.db == sa.bindparam("p_db"), t.label == sa.bindparam("p_label"), t.state != ABORTED)
+                .order_by(t.txn_id.desc())
+            ),
+        )
+        self._insert = sql(
+            "txns insert",
+            lambda: (
+                sa.insert(TXNS)
+                .values(
+                    db=sa.bindparam("p_db"),
+                    tbl=sa.bindparam("p_tbl"),
+                    label=sa.bindparam("p_label"),
+                    state=PREPARE,
+                    created=sa.bindparam("p_now", type_=sa.Float),
+                    table_uuid=sa.bindparam("p_uuid", type_=sa.Text),
+                )
+                .returning(t.txn_id)
+            ),
+        )
+        self._newest = sql(
+            "txns newest",
+            lambda: (
+                sa.select(TXNS)
+                .where(t.db == sa.bindparam("p_db"), t.label == sa.bindparam("p_label"))
+                .order_by(t.txn_id.desc())
+                .limit(1)
+            ),
+        )
+        self._by_id = sql("txns get", lambda: sa.select(TXNS).where(t.txn_id == sa.bindparam("p_id")))
 
     def begin(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> int:
         """Claim a label and open a PREPARE transaction; returns its id. `table_uuid` is the identity of the
@@ -107,6 +117,7 @@ class TransactionStore:
 
         Raises:
             LabelAlreadyExists: a transaction with this label is not aborted (and not expired).
+            StoreUnavailable: the database cannot be reached (nothing was claimed).
         """
         claim = _Claim(db, table, label, table_uuid)
         with self._claims_ready:
@@ -133,25 +144,24 @@ class TransactionStore:
         already held), and all of them the error of a write that failed."""
         ids: list[int | LabelAlreadyExists] = []
         try:
-            with self._lock:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for claim in batch:
-                        holder = self._holder(claim.db, claim.label)  # sees the claims earlier in this batch
-                        if holder is not None:
-                            ids.append(LabelAlreadyExists(claim.label, holder.txn_id, holder.state))
-                            continue
-                        cur = self._conn.execute(
-                            "INSERT INTO txns (db, tbl, label, state, created, table_uuid) VALUES (?, ?, ?, ?, ?, ?)",
-                            (claim.db, claim.table, claim.label, PREPARE, time.time(), claim.table_uuid),
-                        )
-                        assert cur.lastrowid is not None
-                        ids.append(cur.lastrowid)
-                    self._conn.execute("COMMIT")
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self.claim_batches += 1
+            with self.store.write() as tx:
+                if self.store.locks:  # against other servers
+                    tx.lock(*(f"label\0{claim.db}\0{claim.label}" for claim in batch))
+                for claim in batch:
+                    holder = self._holder(tx, claim.db, claim.label)  # sees the claims earlier in this batch
+                    if holder is not None:
+                        ids.append(LabelAlreadyExists(claim.label, holder.txn_id, holder.state))
+                        continue
+                    row = tx.run(
+                        self._insert,
+                        p_db=claim.db,
+                        p_tbl=claim.table,
+                        p_label=claim.label,
+                        p_now=time.time(),
+                        p_uuid=claim.table_uuid,
+                    )
+                    ids.append(int(row.scalar()))
+            self.claim_batches += 1
         except BaseException as exc:
             for claim in batch:
                 claim.error, claim.done = exc, True
@@ -163,30 +173,35 @@ class TransactionStore:
                 claim.txn_id = outcome
             claim.done = True
 
-    def _holder(self, db: str, label: str) -> Txn | None:
+    def _holder(self, tx: Tx, db: str, label: str) -> Txn | None:
         horizon = time.time() - self.label_keep_seconds
-        rows = self._conn.execute(
-            "SELECT * FROM txns WHERE db = ? AND label = ? AND state != ? ORDER BY txn_id DESC",
-            (db, label, ABORTED),
-        ).fetchall()
-        for row in rows:
+        for row in tx.run(self._holders, p_db=db, p_label=label).rows:
             txn = Txn(*row)
             if txn.state == VISIBLE and txn.finished is not None and txn.finished < horizon:
                 continue
             return txn
         return None
 
-    def set_state(self, txn_id: int, state: str) -> None:
-        with self._lock:
-            self._conn.execute("UPDATE txns SET state = ?, finished = ? WHERE txn_id = ?", (state, time.time(), txn_id))
+    def set_state(self, txn_id: int, state: str) -> bool:
+        """Record a transaction's outcome (its writer's, after its Iceberg commit or its failure). A VISIBLE one
+        stays VISIBLE: its data is committed, no later ABORTED undoes that. True when it changed."""
+        return self.set_states((txn_id,), state) == 1
 
-    def set_states(self, txn_ids: Sequence[int], state: str) -> None:
-        """`set_state` of many transactions in one database write (a group commit's loads)."""
-        marks = ", ".join("?" for _ in txn_ids)
-        with self._lock:
-            self._conn.execute(
-                f"UPDATE txns SET state = ?, finished = ? WHERE txn_id IN ({marks})", (state, time.time(), *txn_ids)
-            )
+    def set_states(self, txn_ids: Sequence[int], state: str) -> int:
+        """`set_state` of many transactions in one database write (a group commit's loads); returns how many
+        changed."""
+        if not txn_ids:
+            return 0
+        ids = [f"p_id{n}" for n in range(len(txn_ids))]
+
+        def build() -> sa.Update:
+            where: sa.ColumnElement[bool] = TXNS.c.txn_id.in_([sa.bindparam(name) for name in ids])
+            if state != VISIBLE:
+                where = sa.and_(where, TXNS.c.state != VISIBLE)
+            return sa.update(TXNS).where(where).values(state=state, finished=sa.bindparam("p_now", type_=sa.Float))
+
+        sql = self.store.sql(("txns set_states", state, len(ids)), build)
+        return self.store.write_one(sql, p_now=time.time(), **dict(zip(ids, txn_ids, strict=True))).rowcount
 
     def transition(
         self,
@@ -197,54 +212,73 @@ class TransactionStore:
         reason: str | None = None,
         schema_version: int | None = None,
     ) -> bool:
-        """Move a transaction to `state` only if it is in one of `expect`; True when it moved.
+        """Move a transaction to `state` only if it is in one of `expect` (compare-and-set: of two servers
+        deciding one transaction, one moves it); True when it moved.
 
         A precommit records the schema version its files were written with."""
-        now = time.time()
-        marks = ", ".join("?" for _ in expect)
-        stamp = ", precommitted = ?" if state == PRECOMMITTED else ", finished = ?"
-        with self._lock:
-            cur = self._conn.execute(
-                f"UPDATE txns SET state = ?, reason = coalesce(?, reason), "
-                f"schema_version = coalesce(?, schema_version){stamp} "
-                f"WHERE txn_id = ? AND state IN ({marks})",
-                (state, reason, schema_version, now, txn_id, *expect),
+        stamp = "precommitted" if state == PRECOMMITTED else "finished"
+
+        def build() -> sa.Update:
+            t = TXNS.c
+            return (
+                sa.update(TXNS)
+                .where(t.txn_id == sa.bindparam("p_id"), one_of(t.state, expect))
+                .values(
+                    {
+                        "state": state,
+                        "reason": sa.func.coalesce(sa.bindparam("p_reason", type_=sa.Text), t.reason),
+                        "schema_version": sa.func.coalesce(
+                            sa.bindparam("p_schema", type_=sa.Integer), t.schema_version
+                        ),
+                        stamp: sa.bindparam("p_now", type_=sa.Float),
+                    }
+                )
             )
-        return cur.rowcount == 1
+
+        sql = self.store.sql(("txns transition", expect, state), build)
+        done = self.store.write_one(sql, p_id=txn_id, p_reason=reason, p_schema=schema_version, p_now=time.time())
+        return done.rowcount == 1
 
     def find_label(self, db: str, label: str, states: tuple[str, ...] | None = None) -> Txn | None:
         """The newest transaction of a label in the database (in one of `states`, when given)."""
-        sql = "SELECT * FROM txns WHERE db = ? AND label = ?"
-        args: list[object] = [db, label]
-        if states:
-            sql += f" AND state IN ({', '.join('?' for _ in states)})"
-            args += states
-        with self._read_lock:
-            row = self._read.execute(sql + " ORDER BY txn_id DESC LIMIT 1", args).fetchone()
+
+        def build() -> sa.Select[Any]:
+            t = TXNS.c
+            query = sa.select(TXNS).where(t.db == sa.bindparam("p_db"), t.label == sa.bindparam("p_label"))
+            if states:
+                query = query.where(one_of(t.state, states))
+            return query.order_by(t.txn_id.desc()).limit(1)
+
+        sql = self.store.sql(("txns find_label", states), build)
+        with self.store.read() as tx:
+            row = tx.run(sql, p_db=db, p_label=label).first()
         return Txn(*row) if row else None
 
     def in_database(self, db: str, *, label_like: str | None = None, limit: int = 1000) -> list[Txn]:
-        """Transactions of a database, newest first; `label_like` is a SQL LIKE pattern."""
-        sql = "SELECT * FROM txns WHERE db = ?"
-        args: list[object] = [db]
-        if label_like is not None:
-            sql += " AND label LIKE ?"
-            args.append(label_like)
-        with self._read_lock:
-            rows = self._read.execute(sql + " ORDER BY txn_id DESC LIMIT ?", (*args, limit)).fetchall()
+        """Transactions of a database, newest first; `label_like` is a SQL LIKE pattern (ASCII letters match
+        either case, on both dialects, as SQLite's LIKE does)."""
+
+        def build() -> sa.Select[Any]:
+            t = TXNS.c
+            query = sa.select(TXNS).where(t.db == sa.bindparam("p_db"))
+            if label_like is not None:
+                query = query.where(t.label.ilike(sa.bindparam("p_like", type_=sa.Text)))
+            return query.order_by(t.txn_id.desc()).limit(sa.bindparam("p_limit", type_=sa.Integer))
+
+        sql = self.store.sql(("txns in_database", label_like is not None), build)
+        with self.store.read() as tx:
+            rows = tx.run(sql, p_db=db, p_like=label_like, p_limit=limit).rows
         return [Txn(*r) for r in rows]
 
     def get(self, txn_id: int) -> Txn | None:
-        with self._read_lock:
-            row = self._read.execute("SELECT * FROM txns WHERE txn_id = ?", (txn_id,)).fetchone()
+        with self.store.read() as tx:
+            row = tx.run(self._by_id, p_id=txn_id).first()
         return Txn(*row) if row else None
 
     def label_state(self, db: str, label: str) -> str:
         """The state of the newest transaction with this label, or UNKNOWN (also once expired)."""
-        with self._read_lock:
-            row = self._read.execute(
-                "SELECT * FROM txns WHERE db = ? AND label = ? ORDER BY txn_id DESC LIMIT 1", (db, label)
-            ).fetchone()
+        with self.store.read() as tx:
+            row = tx.run(self._newest, p_db=db, p_label=label).first()
         if row is None:
             return UNKNOWN
         txn = Txn(*row)
@@ -257,34 +291,48 @@ class TransactionStore:
 
         A table's are those planned against its uuid, plus those that recorded none (begun before uuids
         were recorded, or a group-commit group) under its name; without a uuid, every one under its name."""
-        sql = "SELECT * FROM txns WHERE db = ? AND state IN (?, ?, ?)"
-        args: list[object] = [db, PREPARE, PRECOMMITTED, COMMITTED]
-        if table is not None and table_uuid is None:  # identity unknown (an unreadable table): all by name
-            sql += " AND tbl = ?"
-            args += [table]
-        elif table is not None:
-            sql += " AND (table_uuid = ? OR (table_uuid IS NULL AND tbl = ?))"
-            args += [table_uuid, table]
-        with self._read_lock:
-            rows = self._read.execute(sql + " ORDER BY txn_id", args).fetchall()
+        by_uuid = table is not None and table_uuid is not None
+
+        def build() -> sa.Select[Any]:
+            t = TXNS.c
+            query = sa.select(TXNS).where(
+                t.db == sa.bindparam("p_db"), one_of(t.state, (PREPARE, PRECOMMITTED, COMMITTED))
+            )
+            if table is not None and table_uuid is None:  # identity unknown (an unreadable table): all by name
+                query = query.where(t.tbl == sa.bindparam("p_tbl"))
+            elif by_uuid:
+                query = query.where(
+                    sa.or_(
+                        t.table_uuid == sa.bindparam("p_uuid"),
+                        sa.and_(t.table_uuid.is_(None), t.tbl == sa.bindparam("p_tbl")),
+                    )
+                )
+            return query.order_by(t.txn_id)
+
+        sql = self.store.sql(("txns unfinished", table is not None, by_uuid), build)
+        with self.store.read() as tx:
+            rows = tx.run(sql, p_db=db, p_tbl=table, p_uuid=table_uuid).rows
         return [Txn(*r) for r in rows]
 
     def in_state(self, state: str) -> list[Txn]:
-        with self._read_lock:
-            rows = self._read.execute("SELECT * FROM txns WHERE state = ?", (state,)).fetchall()
+        sql = self.store.sql(
+            "txns in_state",
+            lambda: sa.select(TXNS).where(TXNS.c.state == sa.bindparam("p_state")).order_by(TXNS.c.txn_id),
+        )
+        with self.store.read() as tx:
+            rows = tx.run(sql, p_state=state).rows
         return [Txn(*r) for r in rows]
 
     def forget_expired(self) -> int:
         """Delete finished transactions older than the label keep time; returns how many."""
-        horizon = time.time() - self.label_keep_seconds
-        with self._lock:
-            cur = self._conn.execute(
-                "DELETE FROM txns WHERE state IN (?, ?) AND finished < ?", (VISIBLE, ABORTED, horizon)
-            )
-        return cur.rowcount
+        sql = self.store.sql(
+            "txns forget",
+            lambda: sa.delete(TXNS).where(
+                one_of(TXNS.c.state, (VISIBLE, ABORTED)), TXNS.c.finished < sa.bindparam("p_horizon", type_=sa.Float)
+            ),
+        )
+        return self.store.write_one(sql, p_horizon=time.time() - self.label_keep_seconds).rowcount
 
     def close(self) -> None:
-        with self._read_lock:
-            self._read.close()
-        with self._lock:
-            self._conn.close()
+        if self._owns_store:
+            self.store.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -176,9 +177,11 @@ def _v1_store(path: Path, headers: dict[str, str], state: str = "RUNNING") -> No
     del body["spec"]["request"], body["spec"]["strip_outer_array"]
     body["spec"]["headers"] = headers
     body["state"] = state
-    store._conn.execute("UPDATE routine_load_jobs SET body = ?", (json.dumps(body),))
-    store._conn.execute("DROP TABLE routine_load_format")
     store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE routine_load_jobs SET body = ?", (json.dumps(body),))
+        conn.execute("DROP TABLE routine_load_format")
+    conn.close()
 
 
 def test_a_v1_store_is_migrated_to_the_request_its_headers_stood_for(tmp_path: Path) -> None:

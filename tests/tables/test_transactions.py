@@ -3,6 +3,7 @@ small database write per load, and concurrent loads share its sync)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,9 +46,11 @@ def test_a_claim_after_an_abort_takes_the_label_and_a_failed_write_fails_only_it
     assert store.transition(first, (PREPARE,), ABORTED)
     again = store.begin("d", "t", "l1")
     assert again > first
-    store._conn.execute("CREATE TRIGGER no_more BEFORE INSERT ON txns BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    other = sqlite3.connect(tmp_path / "txns.db", isolation_level=None)  # another connection to the file
+    other.execute("CREATE TRIGGER no_more BEFORE INSERT ON txns BEGIN SELECT RAISE(ABORT, 'disk full'); END")
     with pytest.raises(Exception, match="disk full"):
         store.begin("d", "t", "l2")
-    store._conn.execute("DROP TRIGGER no_more")
+    other.execute("DROP TRIGGER no_more")
+    other.close()
     assert store.find_label("d", "l2") is None  # nothing of the failed batch stayed
     assert store.begin("d", "t", "l2") > again  # and the store still claims

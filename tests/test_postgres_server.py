@@ -1,0 +1,120 @@
+"""A server on a PostgreSQL catalog (`SL_CATALOG_URI=postgresql+psycopg://...`): the Iceberg catalog and the store
+(labels, two-phase state, accounts, broker-load jobs) live in that database, and answer the same after a restart of
+the server; a restart of the database under the running server fails loads clearly while it is down, and the next
+load after it is back works without restarting the server. One server process serves the module (a JVM start is
+the expensive part), restarted once."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import AUTH
+from tests.postgres import PostgresServer
+from tests.server_process import ServerProcess
+
+DB = "pg"
+DDL = "CREATE TABLE t (k INT NOT NULL, v VARCHAR(32)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("broker-files")
+
+
+@pytest.fixture(scope="module")
+def server(postgres_uri: str, files: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data_dir = tmp_path_factory.mktemp("pg-server") / "data"
+    proc = ServerProcess(
+        data_dir,
+        data_dir.parent / "server.log",
+        SL_CATALOG_URI=postgres_uri,
+        SL_BROKER_ALLOWED_ROOTS=json.dumps([str(files)]),
+        SL_COMPACTION_INTERVAL_SECONDS="0",
+    )
+    proc.start()
+    yield proc
+    proc.kill()
+
+
+def rows(server: ServerProcess) -> list[list[object]]:
+    return [list(r) for r in server.sql(DB, "SELECT k, v FROM t ORDER BY k")["data"]]
+
+
+def two_phase(server: ServerProcess, operation: str, txn_id: int) -> dict[str, object]:
+    resp = httpx.put(
+        f"{server.base_url}/api/{DB}/_stream_load_2pc",
+        headers={"txn_operation": operation, "txn_id": str(txn_id)},
+        auth=AUTH,
+        timeout=60,
+    )
+    return resp.json()  # type: ignore[no-any-return]
+
+
+def show_load(server: ServerProcess, label: str) -> dict[str, object]:
+    data = server.sql(DB, f"SHOW LOAD WHERE LABEL = '{label}'")
+    names = [c["name"] for c in data["meta"]]
+    (row,) = data["data"]
+    return dict(zip(names, row, strict=True))
+
+
+def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql_across_a_restart(
+    server: ServerProcess, files: Path, tmp_path: Path
+) -> None:
+    server.sql("information_schema", f"CREATE DATABASE {DB}")
+    server.sql(DB, DDL)
+    assert server.load(DB, "t", b"1,a\n2,b\n", label="first")["Status"] == "Success"
+    precommitted = server.load(DB, "t", b"3,c\n", label="two_phase", two_phase_commit="true")
+    assert precommitted["Status"] == "Success", precommitted
+    (files / "rows.csv").write_text("4,d\n")
+    server.sql(DB, f'LOAD LABEL {DB}.broker (DATA INFILE("{files}/rows.csv") INTO TABLE t COLUMNS TERMINATED BY ",")')
+    server.sql(DB, "CREATE USER 'loader'@'%' IDENTIFIED BY 'secret'")
+    server.sql(DB, f"GRANT LOAD_PRIV, SELECT_PRIV ON {DB}.* TO 'loader'@'%'")
+    deadline = time.monotonic() + 60
+    while show_load(server, "broker")["State"] != "FINISHED":
+        assert time.monotonic() < deadline, show_load(server, "broker")
+        time.sleep(0.5)
+    assert server.label_state(DB, "two_phase") == "PRECOMMITTED"
+
+    server.kill()  # SIGKILL: nothing of the server survives but the database and the warehouse
+    assert not (server.data_dir / "transactions.db").exists()  # the store is PostgreSQL, not a file
+    assert not (server.data_dir / "catalog.db").exists()
+    server.start()
+    assert server.label_state(DB, "first") == "VISIBLE"
+    assert server.label_state(DB, "two_phase") == "PRECOMMITTED"  # its state survived: commit it now
+    reply = two_phase(server, "commit", int(str(precommitted["TxnId"])))
+    assert reply["status"] == "Success", reply
+    assert server.label_state(DB, "two_phase") == "VISIBLE"
+    assert show_load(server, "broker")["State"] == "FINISHED"
+    assert rows(server) == [[1, "a"], [2, "b"], [3, "c"], [4, "d"]]
+    again = server.load(DB, "t", b"1,z\n", label="first")
+    assert again["Status"] == "Label Already Exists", again
+    as_loader = httpx.put(
+        f"{server.base_url}/api/{DB}/t/_stream_load",
+        content=b"5,e\n",
+        headers={"label": "by_loader", "column_separator": ","},
+        auth=("loader", "secret"),
+        timeout=60,
+    ).json()
+    assert as_loader["Status"] == "Success", as_loader
+
+
+def test_a_database_restart_under_the_server_fails_loads_clearly_and_is_survived(
+    server: ServerProcess, postgres: PostgresServer
+) -> None:
+    postgres.stop()
+    try:
+        down = server.load(DB, "t", b"6,f\n", label="while_down")
+        assert down["Status"] == "Fail", down
+        assert str(down["Message"]).startswith("[INTERNAL_ERROR]catalog database unavailable: "), down
+    finally:
+        postgres.start()
+    assert server.label_state(DB, "while_down") == "UNKNOWN"  # nothing of it was claimed
+    back = server.load(DB, "t", b"6,f\n", label="after_restart")
+    assert back["Status"] == "Success", back
+    assert rows(server)[-1] == [6, "f"]
