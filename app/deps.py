@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the services import pyspark: the app loads them in the life
     from spark_runner.routine_load import RoutineLoadManager
     from spark_runner.service import LoadService
     from spark_runner.supervisor import SparkHandle
+    from spark_runner.takeover import Takeover
     from sql.broker_load import BrokerLoads
     from sql.executor import SqlExecutor
     from tables.catalog import Catalog
@@ -46,6 +47,7 @@ class Services:
     gate: LoadGate
     accounts: AccountStore  # users, roles and grants (`tables/accounts.py`)
     leases: Leases  # this server's liveness and the background duties it runs (`tables/leases.py`)
+    takeover: Takeover | None  # several servers: resolving a dead one's unfinished work (`spark_runner/takeover.py`)
 
 
 def get_services(request: Request) -> Services:

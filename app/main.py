@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
@@ -47,6 +48,7 @@ def build_services(
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
     from spark_runner.supervisor import SparkHandle
+    from spark_runner.takeover import Takeover
     from sql.broker_load import BrokerLoads
     from sql.context import QueryLimits
     from sql.executor import SqlExecutor
@@ -97,25 +99,26 @@ def build_services(
     # catalog's PostgreSQL database, which every server on that catalog shares
     shared_store = Store(settings.resolved_catalog_uri) if is_postgresql(settings.resolved_catalog_uri) else None
     store = shared_store or Store.sqlite(data_dir / "transactions.db")
-    txns = TransactionStore(store, label_keep_seconds=settings.label_keep_seconds)
+    # several servers share a PostgreSQL store: which one runs each background duty, and each table's version order
+    coordination = sqlalchemy.create_engine(settings.resolved_store_uri, pool_pre_ping=True)
+    leases = Leases(LeaseTable(coordination), server_name=settings.server_name, period=settings.lease_seconds)
+    leases.start()  # waits while a survivor is still resolving what this server's last run left unfinished
+    owner = leases.server_name if shared_store is not None else None
+    versions = None
+    if shared_store is not None:
+        versions = SharedVersions(coordination, leases.server_name, lambda name: name in leases.live_servers())
+        versions.forget_holder(leases.server_name)  # places in version orders this server's last run held
+    txns = TransactionStore(store, label_keep_seconds=settings.label_keep_seconds, owner=owner)
     throttle = LoginThrottle(settings.login_max_failures, settings.login_lock_seconds)
     accounts = AccountStore(store, throttle)
     accounts.bootstrap(settings.root_password.get_secret_value())  # root's password: at the first start only
-    visible, aborted = recover_prepared(catalog, txns)
+    visible, aborted = recover_prepared(catalog, txns, owner=owner)  # several servers: this server's own only
     if visible or aborted:
         log.info("recovered unfinished loads: %d visible, %d aborted", visible, aborted)
     # nothing is in flight at start-up: every staged body belongs to a load that did not finish (an earlier
     # release staged under the data dir)
     for staging in dict.fromkeys([settings.staging_dir, data_dir / "staging"]):
         remove_tree(staging, [data_dir, shared_dir])
-    # several servers share a PostgreSQL store: which one runs each background duty, and each table's version order
-    store = sqlalchemy.create_engine(settings.resolved_store_uri, pool_pre_ping=True)
-    leases = Leases(LeaseTable(store), server_name=settings.server_name, period=settings.lease_seconds)
-    leases.start()  # waits while a survivor is still resolving what this server's last run left unfinished
-    versions = None
-    if store.dialect.name == "postgresql":
-        versions = SharedVersions(store, leases.server_name, lambda name: name in leases.live_servers())
-        versions.forget_holder(leases.server_name)  # places in version orders this server's last run held
     writer = TableWriter(
         catalog,
         txns,
@@ -160,6 +163,31 @@ def build_services(
         max_waiting_jobs=settings.broker_max_waiting_jobs,
         concurrency=settings.broker_load_concurrency,
     )
+
+    def group_committer(scratch: Path) -> GroupCommitter:
+        return GroupCommitter(
+            loads=loads,
+            # Spark reads the group's payloads: hard links to staged bodies and WAL files, one filesystem
+            data_dir=scratch,
+            interval_ms=settings.group_commit_interval_ms,
+            max_loads=settings.group_commit_max_loads,
+            retry_num=settings.group_commit_replay_wal_retry_num,
+            retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
+            wal_max_loads_per_table=settings.group_commit_max_wal_num_per_table,
+            wal_max_disk_limit=settings.group_commit_wal_max_disk_limit,
+        )
+
+    # several servers: what a dead one left unfinished is resolved by a survivor (spark_runner/takeover.py)
+    takeover = None
+    if shared_store is not None:
+        takeover = Takeover(
+            leases=leases,
+            catalog=catalog,
+            txns=txns,
+            versions=versions,
+            servers_dir=settings.scratch_dir.parent,
+            committer=group_committer,
+        )
     services = Services(
         settings=settings,
         spark=handle,
@@ -167,17 +195,7 @@ def build_services(
         txns=txns,
         pauses=writer.pauses,
         loads=loads,
-        group_commit=GroupCommitter(
-            loads=loads,
-            # Spark reads the group's payloads: hard links to staged bodies and WAL files, one filesystem
-            data_dir=settings.scratch_dir,
-            interval_ms=settings.group_commit_interval_ms,
-            max_loads=settings.group_commit_max_loads,
-            retry_num=settings.group_commit_replay_wal_retry_num,
-            retry_interval_s=settings.group_commit_replay_wal_retry_interval_seconds,
-            wal_max_loads_per_table=settings.group_commit_max_wal_num_per_table,
-            wal_max_disk_limit=settings.group_commit_wal_max_disk_limit,
-        ),
+        group_commit=group_committer(settings.scratch_dir),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
         accounts=accounts,
         compactor=compactor,
@@ -201,6 +219,7 @@ def build_services(
         ),
         gate=gate or LoadGate(),
         leases=leases,
+        takeover=takeover,
     )
     recover(services)
     return services
@@ -240,6 +259,17 @@ async def maintenance_loop(services: Services) -> None:
             log.info("maintenance: %s", report)
         except Exception:  # housekeeping must never take the server down
             log.exception("maintenance pass failed")
+
+
+async def takeover_loop(services: Services) -> None:
+    """Several servers: every lease interval, resolve what servers that are gone left unfinished."""
+    takeover = services.takeover
+    while takeover is not None:
+        await asyncio.sleep(services.leases.interval)
+        try:
+            await run_in_threadpool(takeover.run_pass)
+        except Exception:  # the next pass tries again
+            log.exception("takeover pass failed")
 
 
 async def dynamic_partition_loop(services: Services) -> None:
@@ -295,11 +325,13 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
         partitioning = asyncio.create_task(dynamic_partition_loop(services))
+        taking_over = asyncio.create_task(takeover_loop(services))
         try:
             yield
         finally:
             task.cancel()
             partitioning.cancel()
+            taking_over.cancel()
             mysql.close()
             timeouts.cancel()
             await run_in_threadpool(services.routine_loads.close)

@@ -1112,13 +1112,16 @@ def _committed(handle: TableHandle, txn_id: int) -> bool:
     return False
 
 
-def recover_prepared(catalog: Catalog, txns: TransactionStore) -> tuple[int, int]:
+def recover_prepared(catalog: Catalog, txns: TransactionStore, *, owner: str | None = None) -> tuple[int, int]:
     """Resolve transactions left PREPARE by a crash: VISIBLE if their snapshot committed, else ABORTED.
+    With `owner` (several servers share the store), only those that server began.
 
     Returns (made visible, aborted).
     """
     visible = aborted = 0
     for txn in txns.in_state(PREPARE):
+        if owner is not None and txn.owner != owner:
+            continue
         committed = False
         try:
             handle = catalog.load(txn.db, txn.table)

@@ -57,6 +57,7 @@ TXNS = sa.Table(
     sa.Column("precommitted", Real),
     sa.Column("schema_version", sa.Integer),
     sa.Column("table_uuid", sa.Text),
+    sa.Column("owner", sa.Text),  # the server that began it (`Settings.server_name`); None: one server
     sa.Index("txns_label", "db", "label"),
     sqlite_autoincrement=True,
 )

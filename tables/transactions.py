@@ -49,6 +49,7 @@ class Txn:
     precommitted: float | None = None
     schema_version: int | None = None  # of the table the load was planned on (2PC: checked at commit)
     table_uuid: str | None = None  # Iceberg uuid of the table the load was planned on: checked at commit
+    owner: str | None = None  # the server that began it, when several share the store (`tables.takeover`)
 
 
 @dataclass
@@ -67,8 +68,9 @@ class _Claim:
 class TransactionStore:
     """Label claims and transaction states, in a `Store` (or a SQLite file at the path given)."""
 
-    def __init__(self, store: Store | Path, *, label_keep_seconds: float = 43200.0) -> None:
+    def __init__(self, store: Store | Path, *, label_keep_seconds: float = 43200.0, owner: str | None = None) -> None:
         self.store = Store.of(store)
+        self.owner = owner  # recorded with every transaction this server begins
         self._owns_store = not isinstance(store, Store)
         self.store.ensure(TXNS)
         self.label_keep_seconds = label_keep_seconds
@@ -96,6 +98,7 @@ class TransactionStore:
                     state=PREPARE,
                     created=sa.bindparam("p_now", type_=sa.Float),
                     table_uuid=sa.bindparam("p_uuid", type_=sa.Text),
+                    owner=sa.bindparam("p_owner", type_=sa.Text),
                 )
                 .returning(t.txn_id)
             ),
@@ -159,6 +162,7 @@ class TransactionStore:
                         p_label=claim.label,
                         p_now=time.time(),
                         p_uuid=claim.table_uuid,
+                        p_owner=self.owner,
                     )
                     ids.append(int(row.scalar()))
             self.claim_batches += 1
