@@ -146,6 +146,7 @@ def build_services(
         staging_dir=settings.staging_dir,
         min_batch_rows=settings.routine_load_min_batch_rows,
         cert_dir=settings.kafka_cert_dir,
+        owner=owner,
     )
     routine_loads.start()  # after recover_prepared: batches a crash left undecided are resolved first
     # never read by a broker load, even under an allowed root: the server's data and the Kafka private keys
@@ -162,6 +163,7 @@ def build_services(
         sources=SourcePolicy.build(settings.broker_allowed_roots, server_roots),
         max_waiting_jobs=settings.broker_max_waiting_jobs,
         concurrency=settings.broker_load_concurrency,
+        owner=owner,
     )
 
     def group_committer(scratch: Path) -> GroupCommitter:

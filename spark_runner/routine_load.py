@@ -78,7 +78,11 @@ class RoutineLoadManager:
         staging_dir: Path,
         min_batch_rows: int = 200000,
         cert_dir: Path | None = None,
+        owner: str | None = None,
     ) -> None:
+        # several servers share the store: this server runs (and shows) only the jobs created through it, so no
+        # two consume one job's partitions
+        self.owner = owner
         self.loads = loads
         self.store = store
         self.txns = txns
@@ -95,6 +99,8 @@ class RoutineLoadManager:
         """Load the jobs (their store is migrated when the services are built, `app.main.build_services`), fold in
         batches that became visible before a crash, run the active ones."""
         for job in self.store.all():
+            if self.owner is not None and job.owner != self.owner:
+                continue
             self._fold_committed(job)
             self._jobs[job.id] = job
             if not job.state.is_final and job.state is not JobState.PAUSED and self._allowed(job):
@@ -134,6 +140,9 @@ class RoutineLoadManager:
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
         """Raises: AlreadyExists (name used by a job that is not final)."""
         job = self.store.create(spec)
+        if self.owner is not None:
+            job.owner = self.owner
+            self.store.save(job)
         with self._lock:
             self._jobs[job.id] = job
             self._launch(job.id)

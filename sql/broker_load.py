@@ -213,7 +213,9 @@ class BrokerLoads:
         sources: SourcePolicy | None = None,
         max_waiting_jobs: int = 100,
         concurrency: int = 2,
+        owner: str | None = None,
     ) -> None:
+        self.owner = owner  # several servers share the store: a job runs, and resumes, on its own server
         self.loads = loads
         self.store = LoadJobStore(store or data_dir / "load_jobs.db")  # the shared store, or a file of its own
         self.sources = sources or SourcePolicy.build([], [data_dir])
@@ -254,7 +256,12 @@ class BrokerLoads:
                     "You can use `SHOW LOAD` to view submitted jobs"
                 )
             job_id = self.store.create(
-                db=load.db, label=load.label, table=handle.definition.name, statement=text, task_info=task_info
+                db=load.db,
+                label=load.label,
+                table=handle.definition.name,
+                statement=text,
+                task_info=task_info,
+                owner=self.owner,
             )
         self._queue.put((job_id, load))
         return ExecStatus()
@@ -332,6 +339,8 @@ class BrokerLoads:
         reason. Returns (resumed, cancelled)."""
         resumed = cancelled = 0
         for job in self.store.unfinished():
+            if self.owner is not None and job.owner != self.owner:
+                continue
             txn: Txn | None = self.loads.txns.get(job.txn_id) if job.txn_id else None
             if txn is not None and txn.state == VISIBLE:
                 self.store.update(job.job_id, state=FINISHED, finished=_now())

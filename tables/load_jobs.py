@@ -36,6 +36,7 @@ class LoadJob:
     created: float = 0.0
     load_started: float | None = None
     finished: float | None = None
+    owner: str | None = None  # several servers: the one that runs it
 
 
 def _job(row: tuple[Any, ...]) -> LoadJob:
@@ -64,6 +65,7 @@ class LoadJobStore:
                     state=PENDING,
                     task_info=sa.bindparam("p_task_info"),
                     created=sa.bindparam("p_now", type_=sa.Float),
+                    owner=sa.bindparam("p_owner", type_=sa.Text),
                 )
                 .returning(j.job_id)
             ),
@@ -77,7 +79,9 @@ class LoadJobStore:
             lambda: sa.select(sa.func.count()).select_from(LOAD_JOBS).where(one_of(j.state, UNFINISHED)),
         )
 
-    def create(self, *, db: str, label: str, table: str, statement: str, task_info: str) -> int:
+    def create(
+        self, *, db: str, label: str, table: str, statement: str, task_info: str, owner: str | None = None
+    ) -> int:
         row = self.store.write_one(
             self._add,
             p_db=db,
@@ -86,6 +90,7 @@ class LoadJobStore:
             p_statement=statement,
             p_task_info=task_info,
             p_now=time.time(),
+            p_owner=owner,
         )
         return int(row.scalar())
 

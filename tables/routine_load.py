@@ -275,6 +275,7 @@ class RoutineLoadJob(BaseModel):
     error_log_urls: list[str] = Field(default_factory=list)  # the latest three
     last_txn: int = 0  # the newest batch transaction folded into progress and statistic
     user: str = "root"
+    owner: str | None = None  # several servers: the one that created it runs it (None: one server)
 
 
 # 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest

@@ -134,6 +134,7 @@ LOAD_JOBS = sa.Table(
     sa.Column("created", Real, nullable=False),
     sa.Column("load_started", Real),
     sa.Column("finished", Real),
+    sa.Column("owner", sa.Text),  # the server that runs it (`Settings.server_name`); None: one server
     sa.Index("load_jobs_label", "db", "label"),
     sqlite_autoincrement=True,
 )
