@@ -55,7 +55,10 @@ def deployment(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("several")
     uri = postgres.create_database()
     shared = root / "shared"
-    servers = [new_server(root, "a", uri, shared, SL_PAUSE_AT="job:paused_a:once"), new_server(root, "b", uri, shared)]
+    servers = [
+        new_server(root, "a", uri, shared, SL_PAUSE_AT="job:paused_a:once,job:async_a:once"),
+        new_server(root, "b", uri, shared),
+    ]
     try:
         with ThreadPoolExecutor(2) as pool:  # both at once: a start is mostly waiting for the JVM
             list(pool.map(lambda server: server.start(timeout=180), servers))
@@ -179,13 +182,19 @@ def test_every_conformance_case_through_both_servers(deployment: Deployment, cas
 
 
 def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deployment: Deployment) -> None:
-    """Last in the module: server a dies (SIGKILL) with a load paused in its job. Its acknowledged loads stay,
-    server b aborts the paused one after the lease and takes every background duty."""
+    """Last in the module: server a dies (SIGKILL) with a load paused in its job and an acknowledged async
+    group-commit load whose group is paused. Its acknowledged loads stay: server b replays the async one from a's
+    WAL on the shared dir, aborts the paused one after the lease, and takes every background duty."""
     a, b = deployment.client(0), deployment.client(1)
     db = new_db(b, "killed")
-    for name in ("kept", "paused_a"):
+    for name in ("kept", "paused_a", "async_a"):
         b.sql(db, f"CREATE TABLE {name} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
     assert_doris_result(a.stream_load(db, "kept", "1,acked\n", {"column_separator": ",", "label": "acked"}), loaded=1)
+    headers = {"column_separator": ",", "group_commit": "async_mode"}
+    acked = a.stream_load(db, "async_a", "5,owed\n", headers).json()  # acknowledged: in a's WAL
+    assert acked["Status"] == "Success" and acked["GroupCommitMode"] == "async_mode", acked
+    async_label = acked["Label"]
+    deployment.servers[0].wait_for_log(["paused at job (table async_a)"])
     with ThreadPoolExecutor(1) as pool:
         pool.submit(a.stream_load, db, "paused_a", "1,lost\n", {"column_separator": ",", "label": "in_flight"})
         deployment.servers[0].wait_for_log(["paused at job (table paused_a)"])
@@ -193,10 +202,11 @@ def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deploymen
         deployment.servers[0].kill()
     died = time.monotonic()
     survivor = deployment.servers[1]
-    while survivor.label_state(db, "in_flight") != "ABORTED":
-        assert time.monotonic() - died < 3 * LEASE_SECONDS, survivor.label_state(db, "in_flight")
+    while survivor.label_state(db, "in_flight") != "ABORTED" or survivor.label_state(db, async_label) != "VISIBLE":
+        assert time.monotonic() - died < 60, (survivor.label_state(db, "in_flight"), survivor.log_text()[-3000:])
         time.sleep(0.5)
     assert b.rows(db, "SELECT k, v FROM kept") == [[1, "acked"]]
+    assert b.rows(db, "SELECT k, v FROM async_a") == [[5, "owed"]]
     assert b.rows(db, "SELECT count(*) FROM paused_a") == [[0]]
     assert not list((deployment.shared / "warehouse").rglob("paused_a*/data/txn_*/*.parquet"))
     # the label is free again, and the table takes loads through the survivor
