@@ -84,7 +84,7 @@ def run(servers: list[Server], clients: int, seconds: float, run_id: str) -> lis
     wall = time.monotonic() - began
     if failures:
         raise BenchError(f"{len(failures)} loads failed, first: {failures[0]}")
-    count = servers[-1].sql("SELECT count(*) FROM s")[0][0]
+    count = servers[-1].sql("SELECT count(*) FROM s")["data"][0][0]
     if count != len(latencies):
         raise BenchError(f"{len(latencies)} loads acknowledged, {count} rows visible")
     return [f"{len(servers)} server(s)", len(latencies), len(latencies) / wall, percentile(latencies, 50),

@@ -197,9 +197,18 @@ class SharedTurnstile:
             self._mine.add(version)
         return version
 
-    def _left_over(self, version: int) -> bool:
+    def _mine_below(self, version: int) -> bool:
         with self._mine_lock:
-            return version not in self._mine
+            return any(v < version for v in self._mine)
+
+    def _release_left_over(self, version: int) -> bool:
+        """Release a claim of this server that no take of it holds (`done` releases before it forgets)."""
+        with self._mine_lock:
+            if version in self._mine or not self.versions.claimed(self.table_uuid, version):
+                return False
+            self.versions.release(self.table_uuid, version)
+        log.warning("released version %d of table %s: left over by this server", version, self.table_uuid)
+        return True
 
     @contextmanager
     def turn(self, version: int) -> Iterator[None]:
@@ -208,6 +217,9 @@ class SharedTurnstile:
         Raises:
             DorisError: the version was released meanwhile (its load was abandoned at its deadline).
         """
+        # this server's lower versions first, without asking the store: only a server's lowest waiting load polls
+        with self.cond:
+            self.cond.wait_for(lambda: not self._mine_below(version))
         blocked_since: dict[tuple[int, str], float] = {}
         while True:
             lowest = self.versions.lowest(self.table_uuid)
@@ -217,9 +229,7 @@ class SharedTurnstile:
                 break
             since = blocked_since.setdefault(lowest, time.monotonic())
             holder = lowest[1]
-            if holder == self.versions.holder and self._left_over(lowest[0]):
-                log.warning("released version %d of table %s: left over by this server", lowest[0], self.table_uuid)
-                self.versions.release(self.table_uuid, lowest[0])
+            if holder == self.versions.holder and lowest[0] not in self._mine and self._release_left_over(lowest[0]):
                 continue
             if holder != self.versions.holder and time.monotonic() - since > DEAD_CHECK_SECONDS:
                 blocked_since.pop(lowest)
@@ -234,11 +244,11 @@ class SharedTurnstile:
     def done(self, version: int) -> None:
         """Release a version (a second release changes nothing). If the store cannot be reached, the claim stays
         and the next turn of the table on this server releases it."""
-        with self._mine_lock:
-            self._mine.discard(version)
         try:
             self.versions.release(self.table_uuid, version)
         finally:
+            with self._mine_lock:  # after the release: a turn meanwhile must not take it for a left-over
+                self._mine.discard(version)
             with self.cond:
                 self.cond.notify_all()
 
