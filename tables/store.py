@@ -203,7 +203,7 @@ class Tx:
         transactions never wait on each other; on SQLite the transaction already excludes every other writer)."""
         if not self.store.locks or not names:
             return
-        keys = sorted({_lock_key(name) for name in names})
+        keys = sorted({lock_key(name) for name in names})
         cur = self._conn.cursor()
         try:  # one round trip, the keys in order
             cur.execute(
@@ -213,8 +213,9 @@ class Tx:
             cur.close()
 
 
-def _lock_key(name: str) -> int:
-    """A stable signed 64-bit key of a lock name (crc32 of two halves: the same on every server and Python)."""
+def lock_key(name: str) -> int:
+    """A PostgreSQL advisory lock's key for a name: signed 64 bits, the same on every server and Python (crc32 of
+    the name and of it reversed, not `hash`)."""
     data = name.encode()
     high = zlib.crc32(data)
     low = zlib.crc32(data[::-1], 0x5F3759DF)
@@ -364,7 +365,7 @@ class Store:
         try:
             with self._engine.begin() as conn:
                 if self.dialect == "postgresql":
-                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_lock_key("store schema"),))
+                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (lock_key("store schema"),))
                 METADATA.create_all(conn, tables=list(tables), checkfirst=True)
                 inspector = sa.inspect(conn)
                 for table in tables:
