@@ -301,18 +301,19 @@ class Store:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield Tx(self, conn)
+                    conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:  # a failed COMMIT too: the shared connection is left clean
+                        conn.execute("ROLLBACK")
                     raise
-                conn.execute("COMMIT")
             return
         with self._pooled(self._engine) as conn:
             try:
                 yield Tx(self, conn)
+                conn.commit()
             except BaseException:
                 conn.rollback()
                 raise
-            conn.commit()
 
     def write_one(self, sql: Sql, /, **params: Any) -> Result:
         """One statement in a transaction of its own (on SQLite without BEGIN/COMMIT around it: SQLite's own
