@@ -55,7 +55,7 @@ from tables.names import check_database_name, check_table_name
 from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
-from tables.store import report_unavailable
+from tables.store import lock_key, report_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,21 @@ class _SqlCatalog(SqlCatalog):
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # kept in the file: every connection uses it
         else:
             report_unavailable(self.engine)
+
+    def _init_catalog(self) -> None:
+        """pyiceberg's (create the catalog tables when absent), one server at a time on a server database: servers
+        starting together on a new PostgreSQL database would both create them, and one would fail."""
+        if self.engine.dialect.name != "postgresql":
+            super()._init_catalog()
+            return
+        with self.engine.connect() as conn:
+            key = lock_key("iceberg catalog tables")
+            conn.exec_driver_sql("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                super()._init_catalog()
+            finally:
+                conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (key,))
+                conn.commit()
 
     def load_table(self, identifier: str | tuple[str, ...]) -> Table:
         namespace = SqlCatalog.namespace_to_string(SqlCatalog.namespace_from(identifier))

@@ -2,7 +2,7 @@
 (labels, two-phase state, accounts, broker-load jobs) live in that database, and answer the same after a restart of
 the server; a restart of the database under the running server fails loads clearly while it is down, and the next
 load after it is back works without restarting the server. One server process serves the module (a JVM start is
-the expensive part), restarted once."""
+the expensive part); `make test-full` restarts it once (`full`: a second JVM start)."""
 
 from __future__ import annotations
 
@@ -63,14 +63,28 @@ def show_load(server: ServerProcess, label: str) -> dict[str, object]:
     return dict(zip(names, row, strict=True))
 
 
-def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql_across_a_restart(
-    server: ServerProcess, files: Path, tmp_path: Path
-) -> None:
+def load_as_loader(server: ServerProcess, label: str, data: bytes) -> dict[str, object]:
+    resp = httpx.put(
+        f"{server.base_url}/api/{DB}/t/_stream_load",
+        content=data,
+        headers={"label": label, "column_separator": ","},
+        auth=("loader", "secret"),
+        timeout=60,
+    )
+    return resp.json()  # type: ignore[no-any-return]
+
+
+def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql(server: ServerProcess, files: Path) -> None:
     server.sql("information_schema", f"CREATE DATABASE {DB}")
     server.sql(DB, DDL)
     assert server.load(DB, "t", b"1,a\n2,b\n", label="first")["Status"] == "Success"
-    precommitted = server.load(DB, "t", b"3,c\n", label="two_phase", two_phase_commit="true")
-    assert precommitted["Status"] == "Success", precommitted
+    committed = server.load(DB, "t", b"3,c\n", label="committed", two_phase_commit="true")
+    assert committed["Status"] == "Success", committed
+    assert server.label_state(DB, "committed") == "PRECOMMITTED"
+    reply = two_phase(server, "commit", int(str(committed["TxnId"])))
+    assert reply["status"] == "Success", reply
+    kept = server.load(DB, "t", b"5,e\n", label="kept", two_phase_commit="true")  # committed after a restart
+    assert kept["Status"] == "Success", kept
     (files / "rows.csv").write_text("4,d\n")
     server.sql(DB, f'LOAD LABEL {DB}.broker (DATA INFILE("{files}/rows.csv") INTO TABLE t COLUMNS TERMINATED BY ",")')
     server.sql(DB, "CREATE USER 'loader'@'%' IDENTIFIED BY 'secret'")
@@ -78,30 +92,33 @@ def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql_across_a_re
     deadline = time.monotonic() + 60
     while show_load(server, "broker")["State"] != "FINISHED":
         assert time.monotonic() < deadline, show_load(server, "broker")
-        time.sleep(0.5)
-    assert server.label_state(DB, "two_phase") == "PRECOMMITTED"
-
-    server.kill()  # SIGKILL: nothing of the server survives but the database and the warehouse
+        time.sleep(0.2)
+    by_loader = load_as_loader(server, "by_loader", b"6,f\n")
+    assert by_loader["Status"] == "Success", by_loader
+    assert rows(server) == [[1, "a"], [2, "b"], [3, "c"], [4, "d"], [6, "f"]]
+    assert (server.label_state(DB, "committed"), server.label_state(DB, "kept")) == ("VISIBLE", "PRECOMMITTED")
     assert not (server.data_dir / "transactions.db").exists()  # the store is PostgreSQL, not a file
     assert not (server.data_dir / "catalog.db").exists()
+
+
+@pytest.mark.full  # a second JVM start (~25 s on a busy machine)
+def test_all_of_it_after_a_restart_of_the_server(server: ServerProcess) -> None:
+    server.kill()  # SIGKILL: nothing of the server survives but the database and the warehouse
     server.start()
-    assert server.label_state(DB, "first") == "VISIBLE"
-    assert server.label_state(DB, "two_phase") == "PRECOMMITTED"  # its state survived: commit it now
-    reply = two_phase(server, "commit", int(str(precommitted["TxnId"])))
+    assert (server.label_state(DB, "first"), server.label_state(DB, "committed")) == ("VISIBLE", "VISIBLE")
+    assert server.label_state(DB, "kept") == "PRECOMMITTED"  # its state survived: commit it now
+    precommitted = server.sql(DB, "SHOW TRANSACTION WHERE LABEL = 'kept'")
+    assert precommitted["data"], precommitted
+    txn_id = next(int(r[0]) for r in precommitted["data"])
+    reply = two_phase(server, "commit", txn_id)
     assert reply["status"] == "Success", reply
-    assert server.label_state(DB, "two_phase") == "VISIBLE"
+    assert server.label_state(DB, "kept") == "VISIBLE"
     assert show_load(server, "broker")["State"] == "FINISHED"
-    assert rows(server) == [[1, "a"], [2, "b"], [3, "c"], [4, "d"]]
     again = server.load(DB, "t", b"1,z\n", label="first")
     assert again["Status"] == "Label Already Exists", again
-    as_loader = httpx.put(
-        f"{server.base_url}/api/{DB}/t/_stream_load",
-        content=b"5,e\n",
-        headers={"label": "by_loader", "column_separator": ","},
-        auth=("loader", "secret"),
-        timeout=60,
-    ).json()
-    assert as_loader["Status"] == "Success", as_loader
+    by_loader = load_as_loader(server, "by_loader_again", b"7,g\n")
+    assert by_loader["Status"] == "Success", by_loader
+    assert rows(server) == [[1, "a"], [2, "b"], [3, "c"], [4, "d"], [5, "e"], [6, "f"], [7, "g"]]
 
 
 def test_a_database_restart_under_the_server_fails_loads_clearly_and_is_survived(
@@ -109,12 +126,12 @@ def test_a_database_restart_under_the_server_fails_loads_clearly_and_is_survived
 ) -> None:
     postgres.stop()
     try:
-        down = server.load(DB, "t", b"6,f\n", label="while_down")
+        down = server.load(DB, "t", b"8,h\n", label="while_down")
         assert down["Status"] == "Fail", down
         assert str(down["Message"]).startswith("[INTERNAL_ERROR]catalog database unavailable: "), down
     finally:
         postgres.start()
     assert server.label_state(DB, "while_down") == "UNKNOWN"  # nothing of it was claimed
-    back = server.load(DB, "t", b"6,f\n", label="after_restart")
+    back = server.load(DB, "t", b"8,h\n", label="after_restart")
     assert back["Status"] == "Success", back
-    assert rows(server)[-1] == [6, "f"]
+    assert rows(server)[-1] == [8, "h"]

@@ -4,6 +4,7 @@ CommitFailedException (the writer retries it), and a database restart is survive
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -52,3 +53,26 @@ def test_the_catalog_reports_a_lost_database_and_reconnects(
     finally:
         postgres.start()
     assert catalog.database_exists("before")  # the pool pinged, dropped the dead connections, connected again
+
+
+def test_servers_starting_together_on_a_new_database_all_start(postgres: PostgresServer, tmp_path: Path) -> None:
+    uri = postgres.create_database()  # no catalog tables yet: each start would create them
+    started: list[Catalog] = []
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def start(n: int) -> None:
+        go.wait()
+        try:
+            started.append(Catalog(uri=uri, warehouse=tmp_path / "warehouse"))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(started) == 4
+    started[0].create_database("seen")
+    assert all(catalog.database_exists("seen") for catalog in started)

@@ -244,3 +244,33 @@ def test_a_database_restart_is_survived_and_its_absence_is_reported(postgres: Po
     assert txns.begin("db", "t", "after") > first
     assert txns.find_label("db", "while_down") is None  # nothing of the failed claim
     txns.store.close()
+
+
+def test_servers_starting_together_on_a_new_database_all_start(postgres: PostgresServer) -> None:
+    uri = postgres.create_database()  # no tables yet: each start creates them, the accounts and the format row
+    stores: list[Store] = []
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def start() -> None:
+        store = Store(uri)
+        stores.append(store)
+        go.wait()
+        try:
+            TransactionStore(store)
+            AccountStore(store).bootstrap("secret")
+            RoutineLoadStore(store)
+            LoadJobStore(store)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert AccountStore(stores[0]).users() == [Identity("admin"), Identity("root")]
+    assert RoutineLoadStore(stores[0]).format == STORE_FORMAT
+    for store in stores:
+        store.close()
