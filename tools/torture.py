@@ -2,6 +2,7 @@
 
     python tools/torture.py --cycles 10 --seconds 1800 [--cycle-seconds 30] [--workdir /tmp/sl-torture]
     python tools/torture.py --replay /tmp/sl-torture/histories/cycle-0007.jsonl
+    python tools/torture.py --cycles 5 --fault disconnect    (or slow: one more client, see FAULTS)
 
 One cycle, on the embedded default store, loopback only:
 
@@ -36,6 +37,7 @@ import itertools
 import json
 import random
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -96,6 +98,10 @@ OPERATIONS = [
     ("agg", "json", 1),
 ]
 GROUP_KINDS = ("gc_sync", "gc_async")
+# --fault NAME: one more client, whose loads never finish their body, so none may ever be visible
+#   disconnect  sends part of a chunked body and closes the connection, again and again
+#   slow        sends one byte per second for the whole cycle (the others must not wait for it)
+FAULTS = ("disconnect", "slow")
 SQL_KINDS = ("insert", "delete")
 SERVER_ENV = {
     # keep every snapshot of a cycle (the version order is read from them) and run background compaction
@@ -235,6 +241,7 @@ class Cycle:
     seed: int
     seconds: float
     kill_offset: float
+    fault: str | None = None
     db: str = ""
     ops: list[dict[str, Any]] = field(default_factory=list)
     reads: int = 0
@@ -248,6 +255,7 @@ class Cycle:
             "seed": self.seed,
             "seconds": self.seconds,
             "kill_offset": round(self.kill_offset, 3),
+            "fault": self.fault,
             "db": self.db,
         }
 
@@ -298,6 +306,43 @@ def warm_up(server: ServerProcess) -> None:
         server.load(db, table, _csv([{"k": 1}], ["k"]), columns="k")
 
 
+def fault_loop(server: ServerProcess, cycle: Cycle, stop: threading.Event, clock: Any) -> None:
+    """The --fault client: stream loads into useq whose chunked body never ends."""
+    rng = random.Random(f"{cycle.seed}:fault")
+    for i in itertools.count():
+        if stop.is_set():
+            return
+        op_id = f"c{cycle.number}f{i}"
+        row = {"k": rng.randrange(SHARED_KEYS), "v": 0, "s": 9, "op": op_id}
+        op = {"client": WRITERS + 1, "id": op_id, "table": "useq", "kind": cycle.fault, "label": op_id, "rows": [row]}
+        cycle.ops.append(op)
+        op["start"], op["reply"] = clock(), None
+        head = [
+            f"PUT /api/{cycle.db}/useq/_stream_load HTTP/1.1",
+            f"Host: 127.0.0.1:{server.port}",
+            "Authorization: Basic cm9vdDo=",
+            "column_separator: ,",
+            "columns: k,v,s,op",
+            f"label: {op_id}",
+            "Transfer-Encoding: chunked",
+            "",
+            "",
+        ]
+        first = _csv([row], ["k", "v", "s", "op"])
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                sock.sendall("\r\n".join(head).encode() + b"%x\r\n%s\r\n" % (len(first), first))
+                if cycle.fault == "disconnect":
+                    stop.wait(rng.uniform(0.1, 2.0))
+                else:
+                    while not stop.wait(1.0):
+                        sock.sendall(b"1\r\n#\r\n")  # a comment-free byte: the body stays one unfinished row
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:
+            op["error"] = repr(exc)
+        op["end"] = clock()
+
+
 def run_workload(server: ServerProcess, cycle: Cycle) -> None:
     """8 clients until the kill at `cycle.kill_offset` (SIGKILL of the whole group)."""
     cycle.db = f"torture_{cycle.number}_{cycle.seed % 100000}"
@@ -315,6 +360,8 @@ def run_workload(server: ServerProcess, cycle: Cycle) -> None:
         for w in range(WRITERS)
     ]
     threads.append(threading.Thread(target=reader_loop, args=(server.base_url, cycle, stop), daemon=True))
+    if cycle.fault:
+        threads.append(threading.Thread(target=fault_loop, args=(server, cycle, stop, clock), daemon=True))
     for t in threads:
         t.start()
     time.sleep(max(0.0, cycle.kill_offset - (time.monotonic() - started)))
@@ -454,6 +501,8 @@ def model_rows(table: str, applied: list[dict[str, Any]]) -> list[list[Any]]:
 
 def committed_by_client(op: dict[str, Any], resolved: dict[str, str]) -> bool | None:
     """Whether the operation must be visible (True), must not be (False), or may be either (None)."""
+    if op["kind"] in FAULTS:
+        return False  # its body never ended
     if op["kind"] == "2pc":
         if op["label"] in resolved:  # PRECOMMITTED after the restart: the check committed or aborted it
             return resolved[op["label"]] == "commit"
@@ -650,6 +699,7 @@ def run(
     cycle_seconds: float,
     seed: int | None = None,
     replay: Path | None = None,
+    fault: str | None = None,
 ) -> dict[str, Any]:
     """Cycles until `cycles` or `seconds` are reached; returns the run's summary (and adds it to state.json)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -662,6 +712,7 @@ def run(
         shutil.rmtree(data_dir, ignore_errors=True)
         header = json.loads(replay.read_text().splitlines()[0])
         plans = [(int(header["cycle"]), int(header["seed"]), float(header["seconds"]), float(header["kill_offset"]))]
+        fault = header.get("fault")
         histories = workdir / "replays"
         histories.mkdir(exist_ok=True)
     else:
@@ -683,7 +734,7 @@ def run(
         for number, cycle_seed, window, kill_offset in plans:
             if results and time.monotonic() - run_started > seconds:
                 break
-            cycle = Cycle(number, cycle_seed, window, kill_offset)
+            cycle = Cycle(number, cycle_seed, window, kill_offset, fault)
             summary = run_cycle(server, cycle, histories)
             results.append(summary)
             print(json.dumps(summary), flush=True)
@@ -723,6 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sl-torture"), help="data dir, histories, state")
     parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: random)")
     parser.add_argument("--replay", type=Path, default=None, help="rerun the cycle of this history file")
+    parser.add_argument("--fault", choices=FAULTS, default=None, help="add a client injecting this fault")
     args = parser.parse_args(argv)
     total = run(
         args.workdir,
@@ -731,6 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cycle_seconds=args.cycle_seconds,
         seed=args.seed,
         replay=args.replay,
+        fault=args.fault,
     )
     print(json.dumps({k: v for k, v in total.items() if k != "results"}, indent=1))
     return 1 if total["failed"] or total["orphan_files"] else 0
