@@ -21,7 +21,8 @@ from tests.server_process import ServerProcess
 
 DB = "faults"
 DDL = "CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(64)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2"
-CSV = {"column_separator": ","}
+# a server of their own (and one on a small disk): past make test's budget, so `make test-full` runs them
+pytestmark = pytest.mark.full
 
 
 @pytest.fixture(scope="module")

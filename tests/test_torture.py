@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools.torture import Observed, Unit, check_cycle, model_rows, run
+from tools.torture import Observed, Unit, check_cycle, model_rows, plan_op, run
 
 
 def _load(op_id: str, table: str, kind: str, rows: list[dict[str, Any]], *, reply: bool = True) -> dict[str, Any]:
@@ -109,3 +111,21 @@ def test_one_kill_cycle_passes_every_check(tmp_path: Path) -> None:
 def test_five_kill_cycles_pass_every_check(tmp_path: Path) -> None:
     total = _run_and_check(tmp_path, cycles=5, cycle_seconds=25, seed=23)
     print("torture:", {k: v for k, v in total.items() if k != "results"})
+
+
+def test_a_replayed_cycle_plans_the_same_operations() -> None:
+    """`--replay` reruns a cycle from its seed: every writer plans the same operations, rows and labels."""
+
+    def plan(seed: int, writer: int) -> list[dict[str, Any]]:
+        rng = random.Random(f"{seed}:{writer}")
+        owned: list[int] = []
+        counter = itertools.count(100000 + writer * 10000)
+        return [plan_op(rng, f"c1w{writer}i{i}", writer, owned, counter) for i in range(40)]
+
+    for writer in range(7):
+        assert plan(77, writer) == plan(77, writer)
+    kinds = {op["kind"] for w in range(7) for op in plan(77, w)}
+    assert {"csv", "json", "merge_delete", "gc_sync", "gc_async", "2pc", "insert", "delete", "partial"} <= kinds
+    ops = [op for w in range(7) for op in plan(77, w)]
+    assert len({op["id"] for op in ops}) == len(ops)
+    assert all(row.get("op", op["id"]) == op["id"] for op in ops if op["kind"] != "delete" for row in op["rows"])
