@@ -129,3 +129,15 @@ def test_a_replayed_cycle_plans_the_same_operations() -> None:
     ops = [op for w in range(7) for op in plan(77, w)]
     assert len({op["id"] for op in ops}) == len(ops)
     assert all(row.get("op", op["id"]) == op["id"] for op in ops if op["kind"] != "delete" for row in op["rows"])
+
+
+def test_the_checker_finds_a_fault_load_that_became_visible_or_kept_its_label() -> None:
+    ops, observed = _history()
+    gone = _load("gone", "useq", "disconnect", [{"k": 9, "v": 0, "s": 9, "op": "gone"}], reply=False)
+    gone["label_after"] = "PREPARE"
+    observed.units["useq"].append(Unit(5, "gone", 15))
+    observed.rows["useq"] = model_rows("useq", [*ops[:3], gone])
+    observed.label_states["gone"] = "VISIBLE"
+    problems = check_cycle([*ops, gone], observed)
+    assert any("gone (disconnect) was refused or aborted and is visible" in p for p in problems), problems
+    assert any("gone kept its label PREPARE" in p for p in problems), problems

@@ -341,6 +341,22 @@ def fault_loop(server: ServerProcess, cycle: Cycle, stop: threading.Event, clock
         except OSError as exc:
             op["error"] = repr(exc)
         op["end"] = clock()
+        if cycle.fault == "disconnect":
+            op["label_after"] = label_freed(server, cycle.db, op_id, stop)
+
+
+def label_freed(server: ServerProcess, db: str, label: str, stop: threading.Event, timeout: float = 10) -> str | None:
+    """The label's state once the server noticed the client left (PREPARE: still taken after `timeout`); None
+    when the kill came first."""
+    deadline = time.monotonic() + timeout
+    state = "PREPARE"
+    while state == "PREPARE" and time.monotonic() < deadline and not stop.is_set():
+        try:
+            state = server.label_state(db, label)
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        stop.wait(0.2)
+    return None if stop.is_set() and state == "PREPARE" else state
 
 
 def run_workload(server: ServerProcess, cycle: Cycle) -> None:
@@ -541,6 +557,8 @@ def check_cycle(ops: list[dict[str, Any]], observed: Observed, stats: dict[str, 
                 problems.append(f"{table}: {op['id']} ({op['kind']}) was acknowledged and is not visible")
             elif must is False and seen:
                 problems.append(f"{table}: {op['id']} ({op['kind']}) was refused or aborted and is visible")
+            if op.get("label_after") == "PREPARE":
+                problems.append(f"{table}: {op['id']} kept its label PREPARE 10 s after its client left")
             if "label" in op:
                 state = observed.label_states.get(op["label"])
                 if seen and state != "VISIBLE":
