@@ -1,6 +1,6 @@
 """tools/torture.py: its checker finds a lost, a doubled, a partial and a misordered load in a tampered history
-(pure Python), and a short kill-and-restart run of the real server passes every check (one cycle in
-`make test`, more behind the `full` marker)."""
+(pure Python, in `make test`), and kill-and-restart runs of the real server pass every check (one cycle and
+five, behind the `full` marker)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,10 @@ def _run_and_check(tmp_path: Path, cycles: int, cycle_seconds: float, seed: int)
     return total
 
 
+# one cycle costs two server starts: 50-70 s on the shared 2-core machine (load 6-10), past the 45 s make test
+# could spare; `make test` keeps the checker's own tests above, `make test-full` runs the cycles
 @pytest.mark.process
+@pytest.mark.full
 def test_one_kill_cycle_passes_every_check(tmp_path: Path) -> None:
     total = _run_and_check(tmp_path, cycles=1, cycle_seconds=10, seed=17)  # the kill at 9.7 s
     print("torture:", {k: v for k, v in total.items() if k != "results"})
