@@ -551,6 +551,8 @@ def check_cycle(ops: list[dict[str, Any]], observed: Observed, stats: dict[str, 
         for op in table_ops:
             seen = counts.get(op["id"], 0)
             must = committed_by_client(op, observed.resolved)
+            if must is None and seen:
+                stats["unanswered_visible"] = stats.get("unanswered_visible", 0) + 1
             if seen > 1:
                 problems.append(f"{table}: {op['id']} ({op['kind']}) is visible {seen} times")
             elif must is True and seen == 0:
@@ -661,6 +663,7 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
         "no_reply": sum(1 for op in cycle.ops if op.get("reply") is None),
         "visible": stats.get("visible", 0),
         "rows_compared": stats.get("rows", 0),
+        "unanswered_visible": stats.get("unanswered_visible", 0),
         "reads": cycle.reads,
         "compactions": cycle.compactions,
         "kill_offset": round(cycle.kill_offset, 2),
