@@ -102,6 +102,20 @@ class LeaseTable:
                     held.add(name)
         return held
 
+    def take_from(self, name: str, old: str, holder: str, seconds: float) -> bool:
+        """Take a lease `old` holds, whether or not it expired (a previous run of the same server); False when
+        it changed hands meanwhile."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    sa.update(LEASES)
+                    .where(LEASES.c.name == name, LEASES.c.holder == old)
+                    .values(holder=holder, expires=now + seconds, acquired=now)
+                ).rowcount
+                == 1
+            )
+
     def release(self, name: str, holder: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(sa.delete(LEASES).where(LEASES.c.name == name, LEASES.c.holder == holder))
@@ -216,11 +230,19 @@ class Leases:
         renew in a thread every `interval` seconds."""
         waited = 0.0
         while not self.table.acquire(self._own, self.token, self._hold):
+            holder = self.table.holders(self._own).get(self._own, "?")
+            # a previous run of this server (its data dir is this one's alone) died: nothing to wait for
+            if holder.startswith(self.server_name + "/") and self.table.take_from(
+                self._own, holder, self.token, self._hold
+            ):
+                break
             if waited % log_every < self.interval:
-                holder = self.table.holders(self._own).get(self._own, "?")
                 log.warning("waiting for this server's lease %s, held by %s", self._own, holder)
             time.sleep(self.interval)
             waited += self.interval
+        for name, holder in self.table.holders(DUTY_PREFIX).items():  # duties its previous run held
+            if holder.startswith(self.server_name + "/") and name.removeprefix(DUTY_PREFIX) in self.duties:
+                self.table.take_from(name, holder, self.token, self._hold)
         self.renew()
         self._thread = threading.Thread(target=self._run, name="leases", daemon=True)
         self._thread.start()

@@ -121,3 +121,16 @@ def test_a_restarted_server_waits_for_the_survivor_that_adopted_it(engine: sa.En
     assert LeaseTable(engine).holders("server:first")["server:first"] == restarted.token
     restarted.close()
     survivor.close()
+
+
+def test_a_server_restarted_after_a_kill_takes_its_own_lease_at_once(engine: sa.Engine) -> None:
+    first = Leases(LeaseTable(engine), server_name="one", period=30, duties=(MAINTENANCE,))
+    first.start()
+    first._stop.set()  # killed: its lease is valid for 20 s more
+    again = Leases(LeaseTable(engine), server_name="one", period=30, duties=(MAINTENANCE,))
+    started = time.monotonic()
+    again.start()
+    assert time.monotonic() - started < 2
+    assert LeaseTable(engine).holders("server:one")["server:one"] == again.token
+    assert again.leads(MAINTENANCE)  # and the duties its previous run held
+    again.close()
