@@ -33,6 +33,7 @@ class Deployment:
     uri: str
     shared: Path
     servers: list[ServerProcess]
+    root: Path
 
     def client(self, i: int) -> DorisClient:
         return DorisClient(self.servers[i].base_url)
@@ -62,7 +63,7 @@ def deployment(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactor
     try:
         with ThreadPoolExecutor(2) as pool:  # both at once: a start is mostly waiting for the JVM
             list(pool.map(lambda server: server.start(timeout=180), servers))
-        yield Deployment(uri, shared, servers)
+        yield Deployment(uri, shared, servers, root)
     finally:
         for server in servers:
             server.kill()
@@ -121,7 +122,20 @@ def test_clients_spread_over_servers_commit_in_one_version_order(deployment: Dep
     """8 clients, 3 loads each, over both servers into one table with a sequence column: colliding keys and
     sequence ties. The table equals a model replaying the loads in the version order the snapshots record
     (a tie goes to the later commit, as in Doris)."""
-    a = deployment.client(0)
+    check_spread_loads(deployment, [deployment.client(0), deployment.client(1)])
+
+
+@pytest.mark.full
+def test_clients_spread_over_three_servers_commit_in_one_version_order(deployment: Deployment) -> None:
+    third = new_server(deployment.root, "c", deployment.uri, deployment.shared).start(timeout=180)
+    try:
+        check_spread_loads(deployment, [deployment.client(0), deployment.client(1), DorisClient(third.base_url)])
+    finally:
+        third.terminate()
+
+
+def check_spread_loads(deployment: Deployment, clients: list[DorisClient]) -> None:
+    a = clients[0]
     db = new_db(a, "order")
     a.sql(
         db,
@@ -135,7 +149,7 @@ def test_clients_spread_over_servers_commit_in_one_version_order(deployment: Dep
             loads[f"c{c}_{i}"] = [(k, rng.randrange(3)) for k in rng.sample(range(10), 4)]
 
     def client(c: int) -> None:
-        doris = deployment.client(c % 2)
+        doris = clients[c % len(clients)]
         for i in range(3):
             label = f"c{c}_{i}"
             body = "".join(f"{k},{s},{label}\n" for k, s in loads[label])
@@ -151,8 +165,8 @@ def test_clients_spread_over_servers_commit_in_one_version_order(deployment: Dep
             if k not in expected or s >= expected[k][0]:
                 expected[k] = (s, label)
     want = [[k, s, label] for k, (s, label) in sorted(expected.items())]
-    for i in range(2):
-        assert deployment.client(i).rows(db, "SELECT k, s, v FROM t ORDER BY k") == want
+    for doris in clients:
+        assert doris.rows(db, "SELECT k, s, v FROM t ORDER BY k") == want
 
 
 def version_order(deployment: Deployment, db: str, table: str) -> list[str]:
@@ -190,6 +204,7 @@ def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deploymen
     for name in ("kept", "paused_a", "async_a"):
         b.sql(db, f"CREATE TABLE {name} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
     assert_doris_result(a.stream_load(db, "kept", "1,acked\n", {"column_separator": ",", "label": "acked"}), loaded=1)
+    precommitted = a.precommit(db, "kept", b"3,twophase\n", {"column_separator": ",", "label": "pre_a"})
     headers = {"column_separator": ",", "group_commit": "async_mode"}
     acked = a.stream_load(db, "async_a", "5,owed\n", headers).json()  # acknowledged: in a's WAL
     assert acked["Status"] == "Success" and acked["GroupCommitMode"] == "async_mode", acked
@@ -206,6 +221,9 @@ def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deploymen
         assert time.monotonic() - died < 60, (survivor.label_state(db, "in_flight"), survivor.log_text()[-3000:])
         time.sleep(0.5)
     assert b.rows(db, "SELECT k, v FROM kept") == [[1, "acked"]]
+    assert survivor.label_state(db, "pre_a") == "PRECOMMITTED"  # a's two-phase load waits for any server
+    b.commit_txn(db, precommitted)
+    assert b.rows(db, "SELECT k, v FROM kept ORDER BY k") == [[1, "acked"], [3, "twophase"]]
     assert b.rows(db, "SELECT k, v FROM async_a") == [[5, "owed"]]
     assert b.rows(db, "SELECT count(*) FROM paused_a") == [[0]]
     assert not list((deployment.shared / "warehouse").rglob("paused_a*/data/txn_*/*.parquet"))
