@@ -376,6 +376,10 @@ async def receive_body(
         )
     except LoadError:
         raise
+    except OSError as exc:
+        if isinstance(exc, ConnectionError):  # the client's connection broke mid-body
+            raise BadRequest(f"failed to receive body: {exc}") from exc
+        raise LoadError(f"failed to stage the body: {exc}") from exc  # the server's disk (full, failing)
     except Exception as exc:  # the client went away mid-body: the load failed and its label is free
         raise BadRequest(f"failed to receive body: {exc}") from exc
     if load.compression is None:  # nothing to decompress: no thread hop

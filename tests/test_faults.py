@@ -141,6 +141,7 @@ def test_a_full_disk_while_staging_fails_the_load_and_the_server_loads_once_spac
         body = b"".join(b"%d,%s\n" % (i, b"x" * 50) for i in range(100000))  # ~6 MB
         reply = proc.load(DB, "t", body, label="full")
         assert reply["Status"] == "Fail", reply
+        assert reply["Message"].startswith("[INTERNAL_ERROR]failed to stage the body: "), reply  # the server's
         assert "No space left on device" in reply["Message"], reply
         assert proc.label_state(DB, "full") in ("UNKNOWN", "ABORTED")
         assert sorted((small_disk / "staging").iterdir()) == []
