@@ -30,6 +30,8 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from tables.store import create_tables
+
 log = logging.getLogger(__name__)
 
 _METADATA = sa.MetaData()
@@ -63,7 +65,7 @@ class LeaseTable:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        _METADATA.create_all(engine, checkfirst=True)
+        create_tables(engine, _METADATA)
 
     def _insert(self) -> sa.Insert:
         dialect = self.engine.dialect.name

@@ -215,6 +215,15 @@ class Tx:
             cur.close()
 
 
+def create_tables(engine: sa.Engine, metadata: sa.MetaData) -> None:
+    """Create `metadata`'s tables that do not exist yet; on PostgreSQL under the store's schema lock, as several
+    servers may start at once (two concurrent `CREATE TABLE` of one name fail on PostgreSQL's catalog)."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (lock_key("store schema"),))
+        metadata.create_all(conn, checkfirst=True)
+
+
 def lock_key(name: str) -> int:
     """A PostgreSQL advisory lock's key for a name: signed 64 bits, the same on every server and Python (crc32 of
     the name and of it reversed, not `hash`)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -32,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from tables.errors import DorisError
+from tables.store import create_tables, lock_key
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,6 @@ POLL_SECONDS = 0.01  # how often a waiting turn looks at the claims (a local rel
 DEAD_CHECK_SECONDS = 2.0  # how long a turn waits behind another server's claim before asking if it is alive
 
 
-def lock_key(table_uuid: str) -> int:
-    """The table's advisory lock key (a signed 64-bit number; two tables sharing one only serialize more)."""
-    return zlib.crc32(table_uuid.encode()) - (1 << 31)
-
-
 class SharedVersions:
     """The store side of shared turnstiles: one per deployment, on the store's PostgreSQL engine."""
 
@@ -69,7 +64,7 @@ class SharedVersions:
         self.engine = engine
         self.holder = holder
         self.is_live = is_live
-        _METADATA.create_all(engine, checkfirst=True)
+        create_tables(engine, _METADATA)
 
     def take(self, table_uuid: str, floor: int) -> int:
         """Hand out the table's next version (at least `floor`) and record the claim, in one transaction."""
@@ -150,7 +145,7 @@ class SharedVersions:
     @contextmanager
     def commit_lock(self, table_uuid: str) -> Iterator[None]:
         """The table's cross-server commit lock, held until the block ends (or the server's connection drops)."""
-        key = lock_key(table_uuid)
+        key = lock_key(f"table commit\0{table_uuid}")
         with self.engine.connect() as conn:
             conn.execute(sa.select(sa.func.pg_advisory_lock(key)))
             try:

@@ -124,7 +124,10 @@ def curl_load(server: ServerProcess, table: str, path: Path, *, chunked: bool) -
     return json.loads(out.stdout), before, peak
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked-from-stdin"])
+# a chunked body takes the same staging path: `make test-full` runs it
+@pytest.mark.parametrize(
+    "chunked", [False, pytest.param(True, marks=pytest.mark.full)], ids=["content-length", "chunked-from-stdin"]
+)
 def test_large_body_streams_without_growing_the_server(
     server: ServerProcess, body: tuple[Path, int, int], chunked: bool
 ) -> None:

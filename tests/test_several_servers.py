@@ -181,14 +181,7 @@ def version_order(deployment: Deployment, db: str, table: str) -> list[str]:
     return [p["doris.label"] for p in sorted(loads, key=lambda p: int(p[VERSION_PROPERTY]))]
 
 
-def test_conformance_cases_through_both_servers_in_alternation(deployment: Deployment) -> None:
-    doris = Alternating([deployment.client(0), deployment.client(1)])
-    cases = sorted(DATA.glob("*.json"))
-    assert cases
-    for case in cases[:: max(1, len(cases) // 4)]:  # a spread of 4; `make test-full` runs them all
-        run_case(case, doris)
-
-
+# every case, each request to the next server in turn (`make test-full`: a minute or two)
 @pytest.mark.full
 @pytest.mark.parametrize("case", sorted(DATA.glob("*.json")), ids=lambda p: p.stem)
 def test_every_conformance_case_through_both_servers(deployment: Deployment, case: Path) -> None:

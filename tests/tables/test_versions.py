@@ -144,3 +144,29 @@ def test_a_claim_this_server_failed_to_release_is_released_by_its_next_turn(engi
         assert time.monotonic() - started < 1
     turnstile.done(mine)
     assert versions.lowest(TABLE) is None
+
+
+def test_servers_starting_at_once_on_a_new_database_all_create_what_they_need(postgres: PostgresServer) -> None:
+    """Four servers' first start at the same instant: each creates the leases and version tables if missing
+    (without the schema lock, concurrent CREATE TABLEs of one name fail in PostgreSQL's catalog)."""
+    from tables.leases import LeaseTable
+
+    engine = sa.create_engine(postgres.create_database(), pool_size=8)
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start(name: str) -> None:
+        barrier.wait()
+        try:
+            LeaseTable(engine)
+            SharedVersions(engine, name, lambda _: True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(f"s{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.dispose()
+    assert errors == []
