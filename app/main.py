@@ -189,6 +189,7 @@ def build_services(
             versions=versions,
             servers_dir=settings.scratch_dir.parent,
             committer=group_committer,
+            adopt_jobs=lambda name: routine_loads.adopt(name) + broker_loads.adopt(name),
         )
     services = Services(
         settings=settings,

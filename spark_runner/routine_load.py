@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,13 +99,28 @@ class RoutineLoadManager:
     def start(self) -> None:
         """Load the jobs (their store is migrated when the services are built, `app.main.build_services`), fold in
         batches that became visible before a crash, run the active ones."""
+        self._take(lambda job: self.owner is None or job.owner == self.owner)
+
+    def adopt(self, server: str) -> int:
+        """Several servers: run the jobs of a server that is gone; they become this server's. Returns how many."""
+        return self._take(lambda job: job.owner == server, adopt=True)
+
+    def _take(self, wanted: Callable[[RoutineLoadJob], bool], *, adopt: bool = False) -> int:
+        taken = 0
         for job in self.store.all():
-            if self.owner is not None and job.owner != self.owner:
-                continue
+            with self._lock:
+                if not wanted(job) or job.id in self._jobs:
+                    continue
+            if adopt:
+                job.owner = self.owner
+                self.store.save(job)
             self._fold_committed(job)
-            self._jobs[job.id] = job
+            with self._lock:
+                self._jobs[job.id] = job
             if not job.state.is_final and job.state is not JobState.PAUSED and self._allowed(job):
                 self._launch(job.id)
+            taken += 1
+        return taken
 
     def _allowed(self, job: RoutineLoadJob) -> bool:
         """A job stored with a client property now refused is paused with the reason, never run."""

@@ -10,7 +10,8 @@ adopt one's lease resolves its work exactly as that server's own restart would, 
     its PREPARE transactions become VISIBLE if their snapshot committed, else ABORTED with their files removed
     (`tables.commit.recover_prepared`); two-phase loads it precommitted stay PRECOMMITTED, for any server;
     its WAL is replayed (`GroupCommitter.replay_wal`): the acknowledged async loads commit here;
-    its staging dir is emptied.
+    its staging dir is emptied;
+    its routine-load jobs and unfinished broker-load jobs become the survivor's, and run there.
 
 While a survivor holds the adopted lease, the dead server's own restart waits for it (`Leases.start`), so the
 work is never done twice; a restart that comes first does it itself.
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 
 # a group committer over a dead server's scratch dir (its WAL), with this server's settings
 Committer = Callable[[Path], GroupCommitter]
+# takes over a dead server's routine-load and broker-load jobs (they run here from now on); returns how many
+AdoptJobs = Callable[[str], int]
 
 
 class Takeover:
@@ -49,6 +52,7 @@ class Takeover:
         versions: SharedVersions | None,
         servers_dir: Path,
         committer: Committer,
+        adopt_jobs: AdoptJobs,
     ) -> None:
         self.leases = leases
         self.catalog = catalog
@@ -56,6 +60,7 @@ class Takeover:
         self.versions = versions
         self.servers_dir = servers_dir
         self.committer = committer
+        self.adopt_jobs = adopt_jobs
 
     def gone(self) -> list[str]:
         """Names of servers with something left (a WAL, staged bodies or an unfinished transaction) and no live
@@ -95,6 +100,8 @@ class Takeover:
             if replayed:
                 log.warning("server %s is gone: replayed %d of its acknowledged async loads", name, replayed)
             remove_tree(scratch / "staging", [self.servers_dir])
+        if adopted := self.adopt_jobs(name):
+            log.warning("server %s is gone: %d of its routine-load and broker-load jobs run here now", name, adopted)
 
     def replay(self, scratch: Path) -> int:
         """Replay a dead server's WAL here and wait until every replayed load has committed (or been parked in

@@ -337,10 +337,20 @@ class BrokerLoads:
         """Jobs that were PENDING or LOADING at the stop: finished if their commit landed, else queued again
         (a new transaction, same label; the files are checked again when the job runs), or cancelled with the
         reason. Returns (resumed, cancelled)."""
+        return self._resume(self.owner)
+
+    def adopt(self, server: str) -> int:
+        """Several servers: resume the unfinished jobs of a server that is gone (after its transactions were
+        resolved); they become this server's. Returns how many were resumed or cancelled."""
+        return sum(self._resume(server, adopt=True))
+
+    def _resume(self, owner: str | None, *, adopt: bool = False) -> tuple[int, int]:
         resumed = cancelled = 0
         for job in self.store.unfinished():
-            if self.owner is not None and job.owner != self.owner:
+            if (owner is not None or adopt) and job.owner != owner:
                 continue
+            if adopt:
+                self.store.update(job.job_id, owner=self.owner)
             txn: Txn | None = self.loads.txns.get(job.txn_id) if job.txn_id else None
             if txn is not None and txn.state == VISIBLE:
                 self.store.update(job.job_id, state=FINISHED, finished=_now())

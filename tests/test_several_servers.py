@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,23 @@ import pytest
 
 from tests.conformance import run_case
 from tests.helpers import DorisClient, assert_doris_result
+from tests.kafka_mock import MockKafka
 from tests.postgres import PostgresServer
 from tests.server_process import ServerProcess
 
 DATA = Path(__file__).resolve().parent / "data" / "conformance" / "cases"
 LEASE_SECONDS = 6
+ROUTINE_JOB = """CREATE ROUTINE LOAD rl_a ON routine_a COLUMNS TERMINATED BY ",", COLUMNS(k, v)
+    PROPERTIES ("max_batch_interval" = "1")
+    FROM KAFKA ("kafka_broker_list" = "{bootstrap}", "kafka_topic" = "{topic}",
+                "property.kafka_default_offsets" = "OFFSET_BEGINNING")"""
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.3)
 
 
 @dataclass
@@ -191,11 +204,19 @@ def test_every_conformance_case_through_both_servers(deployment: Deployment, cas
 def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deployment: Deployment) -> None:
     """Last in the module: server a dies (SIGKILL) with a load paused in its job and an acknowledged async
     group-commit load whose group is paused. Its acknowledged loads stay: server b replays the async one from a's
-    WAL on the shared dir, aborts the paused one after the lease, and takes every background duty."""
+    WAL on the shared dir, aborts the paused one after the lease, takes every background duty and runs its routine
+    load."""
     a, b = deployment.client(0), deployment.client(1)
     db = new_db(b, "killed")
-    for name in ("kept", "paused_a", "async_a"):
+    for name in ("kept", "paused_a", "async_a", "routine_a"):
         b.sql(db, f"CREATE TABLE {name} (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    # a routine load created through a: it runs there, and on b once a is gone
+    kafka = MockKafka()
+    topic = f"several_{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic)
+    kafka.produce(topic, [(0, b"1,first")])
+    a.sql(db, ROUTINE_JOB.format(bootstrap=kafka.bootstrap, topic=topic))
+    wait_for("the first message", lambda: a.rows(db, "SELECT k, v FROM routine_a") == [[1, "first"]])
     assert_doris_result(a.stream_load(db, "kept", "1,acked\n", {"column_separator": ",", "label": "acked"}), loaded=1)
     precommitted = a.precommit(db, "kept", b"3,twophase\n", {"column_separator": ",", "label": "pre_a"})
     headers = {"column_separator": ",", "group_commit": "async_mode"}
@@ -225,3 +246,9 @@ def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deploymen
         b.stream_load(db, "paused_a", "2,b\n", {"column_separator": ",", "label": "in_flight"}), loaded=1
     )
     survivor.wait_for_log(["took duty maintenance"], timeout=2 * LEASE_SECONDS)
+    kafka.produce(topic, [(0, b"2,second")])
+    wait_for("the message after the kill", lambda: b.rows(db, "SELECT k, v FROM routine_a ORDER BY k") == [
+        [1, "first"], [2, "second"]])  # fmt: skip
+    job = b.sql(db, "SHOW ROUTINE LOAD FOR rl_a")
+    assert job["data"][0][[m["name"] for m in job["meta"]].index("State")] == "RUNNING", job
+    b.sql(db, "STOP ROUTINE LOAD FOR rl_a")
