@@ -162,6 +162,11 @@ def main() -> int:
         action="store_true",
         help="skip the 1,000-row warm-up load (into another table) before the measured load",
     )
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="then load the same file again into the full table (a merge-on-write load superseding every row)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
     args = parser.parse_args()
@@ -207,6 +212,14 @@ runs first (--no-warmup to skip) so the measured load does not include Spark's f
         if count != meta["distinct_keys"]:
             raise BenchError(f"SELECT count(*) = {count}, expected {meta['distinct_keys']} distinct keys")
         print(f"   check:   SELECT count(*) FROM t = {count:,} (= distinct keys) in {count_s:.2f} s")
+        reload_s = None
+        if args.reload:  # every key is stored: each incoming row ties its stored one and supersedes it
+            _, again, reload_s = curl_load(server.base_url, path, label + "_again")
+            check_success(again, "second bulk load")
+            count = server.sql("SELECT count(*) FROM t")["data"][0][0]
+            if count != meta["distinct_keys"]:
+                raise BenchError(f"after the second load SELECT count(*) = {count}, expected {meta['distinct_keys']}")
+            print(f"   reload:  the same file into the full table: {reload_s:.2f} s ({mb / reload_s:.1f} MB/s)")
 
     print("   references (server stopped) ...")
     sys.stdout.flush()
@@ -277,6 +290,7 @@ runs first (--no-warmup to skip) so the measured load does not include Spark's f
                     "ours_over_spark_plain": round(ours_mbs / spark_mbs, 4),
                     "count_ms": round(count_s * 1000),
                     "warmup_s": None if warm_s is None else round(warm_s, 3),
+                    "reload_s": None if reload_s is None else round(reload_s, 3),
                     **{f: reply.get(f) for f in TIMING_FIELDS},
                 }
             )

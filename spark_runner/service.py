@@ -354,15 +354,24 @@ def run_rowset(
         LoadError: a Spark or data error.
     """
     lookup = False
+    resolve_after: list[str] = []
     if plan.table.positional:
-        # merge-on-write: compare with the stored rows in the job. What a two-phase load supersedes is decided
-        # at its commit, against the table as it is then; so is a small load's into a small table, where the
-        # commit's re-check in the server's process costs less than the lookup's Spark stages.
+        # merge-on-write: a small load compares with the stored rows of its keys in the job (only its winners
+        # are written), as does a partial update, which reads the rows it fills. A large load writes its rows
+        # first and then pairs them with the stored rows by key (`resolve_after`: the rowset's key and sequence
+        # columns against the stored ones), the loser of each pair position-deleted: the same answer without
+        # carrying every incoming row through a join and a second pass. What a two-phase load supersedes is
+        # decided at its commit, against the table as it is then; so is a small load's into a small table,
+        # where the commit's re-check in the server's process costs less than the lookup's Spark stages.
         stored_files = live_data_files(rowset.handle.iceberg)
         files = [plain_path(f.file_path) for f in stored_files]
-        few = sum(f.record_count for f in stored_files) <= DRIVER_RECHECK_ROWS and small_rowset.is_small(frame)
-        lookup = bool(files) and not rowset.precommit and (plan.reads_stored or not few)
-        rowset.seen = frozenset(files) if lookup else None
+        small = small_rowset.is_small(frame)
+        few = sum(f.record_count for f in stored_files) <= DRIVER_RECHECK_ROWS and small
+        compare = bool(files) and not rowset.precommit and (plan.reads_stored or not few)
+        lookup = compare and (plan.reads_stored or small)
+        if compare and not lookup:
+            resolve_after = files
+        rowset.seen = frozenset(files) if compare else None
         if lookup or plan.reads_stored:
             stored = _lookup(spark, rowset.handle)
     with spark_errors():
@@ -378,7 +387,10 @@ def run_rowset(
             lookup=lookup,
             extra_metrics=extra_metrics,
         )
-    rowset.deletes = list(outcome.deletes)
+        deletes = list(outcome.deletes)
+        if resolve_after:
+            deletes += resolve(spark, rowset.handle, outcome.files, resolve_after, rowset.directory)
+    rowset.deletes = deletes
     return outcome
 
 

@@ -41,8 +41,8 @@ def test_loads_supersede_by_position_and_any_reader_sees_the_answer(
     def as_json(rows: list[tuple[int, str, int]]) -> str:
         return "".join(f'{{"k": {k}, "v": "{v}", "s": {s}}}\n' for k, v, s in rows)
 
-    # JSON bodies are not inline sources: their lookup runs in the Spark job; the CSV ones are re-checked at
-    # their commit in the server's process (small loads into a small table)
+    # JSON bodies are not inline sources: their rows are paired with the stored ones by Spark after their write;
+    # the CSV ones are re-checked at their commit in the server's process (small loads into a small table)
     first = as_json([(k, f"v{k}", 1) for k in range(1, 601)])
     assert_doris_result(doris.stream_load(db, "t", first, json_lines).json(), loaded=600)
     assert_doris_result(doris.stream_load(db, "t", as_json([(1, "a", 5), (2, "b", 5), (3, "c", 5)]), json_lines).json())
