@@ -103,6 +103,7 @@ def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql(server: Ser
     assert not (server.data_dir / "catalog.db").exists()
 
 
+@pytest.mark.full  # 32 loads at once: ~10-15 s
 def test_32_concurrent_loads_stay_within_the_servers_connection_pool(
     server: ServerProcess, postgres: PostgresServer, postgres_uri: str
 ) -> None:

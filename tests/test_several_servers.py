@@ -280,6 +280,31 @@ def test_every_conformance_case_through_both_servers(deployment: Deployment, cas
     run_case(case, Alternating([deployment.client(0), deployment.client(1)]))
 
 
+@pytest.mark.full
+def test_a_database_restart_under_both_servers_fails_their_loads_clearly_and_is_survived(
+    deployment: Deployment, postgres: PostgresServer
+) -> None:
+    """PostgreSQL stops under both servers: each answers a load with Doris's INTERNAL_ERROR naming the database,
+    claims nothing, and loads again once it is back, without a restart."""
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "dbrestart")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    postgres.stop()
+    try:
+        for i, doris in enumerate((a, b)):
+            down = doris.stream_load(db, "t", f"{i},down\n", {"column_separator": ",", "label": f"down_{i}"}).json()
+            assert down["Status"] == "Fail", down
+            assert down["Message"].startswith("[INTERNAL_ERROR]catalog database unavailable: "), down
+    finally:
+        postgres.start()
+    for i, doris in enumerate((a, b)):
+        assert deployment.servers[i].label_state(db, f"down_{i}") == "UNKNOWN"  # nothing of it was claimed
+        back = doris.stream_load(db, "t", f"{i},back\n", {"column_separator": ",", "label": f"back_{i}"})
+        assert_doris_result(back, loaded=1)
+    for doris in (a, b):
+        assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, "back"], [1, "back"]]
+
+
 def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deployment: Deployment) -> None:
     """Last in the module: server a dies (SIGKILL) with a load paused in its job and an acknowledged async
     group-commit load whose group is paused. Its acknowledged loads stay: server b replays the async one from a's
