@@ -112,6 +112,7 @@ def test_32_concurrent_loads_stay_within_the_servers_connection_pool(
     import psycopg
 
     database = postgres_uri.rsplit("/", 1)[1]
+    server.sql("information_schema", f"CREATE DATABASE IF NOT EXISTS {DB}")
     for table in ("p1", "p2"):
         server.sql(DB, DDL.replace("TABLE t", f"TABLE {table}"))
     seen: list[int] = []
