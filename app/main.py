@@ -268,12 +268,18 @@ def recover(services: Services) -> None:
 
 async def maintenance_loop(services: Services) -> None:
     """Forget old labels, expire snapshots and remove orphan files, every interval."""
+    import time
+
+    from tables.error_logs import expire_error_logs
     from tables.maintenance import run_maintenance
 
     settings = services.settings
     while True:
         await asyncio.sleep(settings.maintenance_interval_seconds)
-        if not services.leases.leads(MAINTENANCE):  # another server runs it
+        if not services.leases.leads(MAINTENANCE):  # another server runs it; this one's own old error logs expire
+            for folder in services.loads.error_log_dirs[1:]:
+                keep = services.txns.label_keep_seconds
+                await run_in_threadpool(expire_error_logs, folder, keep_seconds=keep, now=time.time())
             continue
         try:
             report = await run_in_threadpool(

@@ -141,7 +141,8 @@ class RoutineLoadManager:
         taken = 0
         for job in self.store.all():
             with self._lock:
-                if not wanted(job) or job.id in self._jobs:
+                held = self._jobs.get(job.id)  # one another server adopted (this one was taken for dead) is taken again
+                if not wanted(job) or (held is not None and held.owner == self.owner):
                     continue
             if adopt:
                 job = self.store.update(job.id, lambda stored: _set_owner(stored, self.owner))

@@ -127,7 +127,8 @@ def test_a_label_is_unique_across_servers_and_a_schema_change_reaches_the_other(
 
 def test_a_loads_error_log_is_served_by_every_server(deployment: Deployment) -> None:
     """The ErrorURL of a load through a opens on b too (behind a load balancer the next request may go anywhere),
-    with the same credentials; a name that is not an error log is not found on either."""
+    with the same credentials; a name that is not an error log is not found on either; one an earlier release
+    wrote in a server's data dir is still served by that server."""
     a, b = deployment.client(0), deployment.client(1)
     db = new_db(a, "errorlog")
     a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
@@ -140,6 +141,10 @@ def test_a_loads_error_log_is_served_by_every_server(deployment: Deployment) -> 
         assert doris.http.get("/api/_load_error_log", params={"file": "../transactions.db"}).status_code == 404
     anonymous = httpx.get(f"{deployment.servers[1].base_url}/api/_load_error_log", params={"file": name})
     assert anonymous.status_code == 401
+    # one an earlier release wrote in a's data dir: a still serves it
+    old = deployment.servers[0].data_dir / "error_log" / "error_log_123_old_label"
+    old.write_text("Reason: an earlier release's error log\n")
+    assert "earlier release" in a.http.get("/api/_load_error_log", params={"file": old.name}).text
 
 
 def test_failed_logins_spread_over_servers_lock_the_address_out_on_all(deployment: Deployment) -> None:
