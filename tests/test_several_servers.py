@@ -143,6 +143,7 @@ def test_a_loads_error_log_is_served_by_every_server(deployment: Deployment) -> 
     assert anonymous.status_code == 401
     # one an earlier release wrote in a's data dir: a still serves it
     old = deployment.servers[0].data_dir / "error_log" / "error_log_123_old_label"
+    old.parent.mkdir(exist_ok=True)
     old.write_text("Reason: an earlier release's error log\n")
     assert "earlier release" in a.http.get("/api/_load_error_log", params={"file": old.name}).text
 
