@@ -52,7 +52,7 @@ def build_services(
     from sql.broker_load import BrokerLoads
     from sql.context import QueryLimits
     from sql.executor import SqlExecutor
-    from tables.accounts import AccountStore, LoginThrottle
+    from tables.accounts import AccountStore, LoginThrottle, SharedLoginThrottle
     from tables.catalog import Catalog
     from tables.commit import TableWriter, recover_prepared
     from tables.leases import Leases, LeaseTable
@@ -61,7 +61,7 @@ def build_services(
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
     from tables.source_paths import SourcePolicy
-    from tables.store import Store, is_postgresql
+    from tables.store import PoolSizes, Store, is_postgresql, pool_options
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
     from tables.versions import SharedVersions
@@ -94,13 +94,28 @@ def build_services(
             raise
         log.info("Spark cluster check passed: %s, shared dir %s", settings.spark_master, shared_dir)
     spark = cast("SparkSession", handle)
-    catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
+    on_postgresql = is_postgresql(settings.resolved_catalog_uri)
+    # on PostgreSQL, at most `catalog_pool_size` connections in all, shared out among the engines
+    pools = PoolSizes.of(settings.catalog_pool_size) if on_postgresql else None
+    catalog = Catalog(
+        uri=settings.resolved_catalog_uri,
+        warehouse=settings.resolved_warehouse,
+        pool_size=pools.catalog if pools is not None else None,
+    )
     # the store of everything the server remembers (tables/store.py): SQLite files in the data dir, or the
     # catalog's PostgreSQL database, which every server on that catalog shares
-    shared_store = Store(settings.resolved_catalog_uri) if is_postgresql(settings.resolved_catalog_uri) else None
+    shared_store = None
+    if pools is not None:
+        shared_store = Store(
+            settings.resolved_catalog_uri, pool_size=pools.writes, read_pool_size=pools.reads, bounded=True
+        )
     store = shared_store or Store.sqlite(data_dir / "transactions.db")
     # several servers share a PostgreSQL store: which one runs each background duty, and each table's version order
-    coordination = sqlalchemy.create_engine(settings.resolved_store_uri, pool_pre_ping=True)
+    coordination = sqlalchemy.create_engine(
+        settings.resolved_store_uri,
+        pool_pre_ping=True,
+        **(pool_options(pools.coordination, bounded=True) if pools is not None else {}),
+    )
     leases = Leases(LeaseTable(coordination), server_name=settings.server_name, period=settings.lease_seconds)
     leases.start()  # waits while a survivor is still resolving what this server's last run left unfinished
     owner = leases.server_name if shared_store is not None else None
@@ -109,7 +124,11 @@ def build_services(
         versions = SharedVersions(coordination, leases.server_name, lambda name: name in leases.live_servers())
         versions.forget_holder(leases.server_name)  # places in version orders this server's last run held
     txns = TransactionStore(store, label_keep_seconds=settings.label_keep_seconds, owner=owner)
-    throttle = LoginThrottle(settings.login_max_failures, settings.login_lock_seconds)
+    throttle = (  # several servers count failed logins together, in the store
+        LoginThrottle(settings.login_max_failures, settings.login_lock_seconds)
+        if shared_store is None
+        else SharedLoginThrottle(settings.login_max_failures, settings.login_lock_seconds, store=shared_store)
+    )
     accounts = AccountStore(store, throttle)
     accounts.bootstrap(settings.root_password.get_secret_value())  # root's password: at the first start only
     visible, aborted = recover_prepared(catalog, txns, owner=owner)  # several servers: this server's own only
@@ -126,8 +145,16 @@ def build_services(
         snapshot_keep_count=settings.snapshot_keep_count,
         versions=versions,
     )
-    # error logs are written and served by this process alone (from rows collected to it): driver-only
-    loads = LoadService(spark=spark, catalog=catalog, txns=txns, writer=writer, error_log_dir=data_dir / "error_log")
+    # error logs are written by the driver (from rows collected to it) under the shared dir, so every server of a
+    # deployment serves every load's ErrorURL; those an earlier release wrote in the data dir are served too
+    loads = LoadService(
+        spark=spark,
+        catalog=catalog,
+        txns=txns,
+        writer=writer,
+        error_log_dir=shared_dir / "error_log",
+        old_error_log_dirs=[data_dir / "error_log"],
+    )
     policy = CompactionPolicy(
         min_rowsets=settings.compaction_min_rowsets,
         promotion_bytes=settings.compaction_promotion_bytes,
@@ -241,12 +268,18 @@ def recover(services: Services) -> None:
 
 async def maintenance_loop(services: Services) -> None:
     """Forget old labels, expire snapshots and remove orphan files, every interval."""
+    import time
+
+    from tables.error_logs import expire_error_logs
     from tables.maintenance import run_maintenance
 
     settings = services.settings
     while True:
         await asyncio.sleep(settings.maintenance_interval_seconds)
-        if not services.leases.leads(MAINTENANCE):  # another server runs it
+        if not services.leases.leads(MAINTENANCE):  # another server runs it; this one's own old error logs expire
+            for folder in services.loads.error_log_dirs[1:]:
+                keep = services.txns.label_keep_seconds
+                await run_in_threadpool(expire_error_logs, folder, keep_seconds=keep, now=time.time())
             continue
         try:
             report = await run_in_threadpool(
@@ -254,7 +287,8 @@ async def maintenance_loop(services: Services) -> None:
                 services.catalog,
                 services.txns,
                 staging=settings.staging_dir,
-                error_logs=settings.resolved_data_dir / "error_log",
+                error_logs=services.loads.error_log_dirs,
+                commit_lock=services.loads.writer.commit_lock,
                 grace_seconds=settings.orphan_grace_seconds,
                 snapshot_keep_seconds=settings.snapshot_keep_seconds,
                 snapshot_keep_count=settings.snapshot_keep_count,

@@ -246,6 +246,13 @@ class Settings(BaseSettings):
     login_max_failures: int = Field(
         10, description="Failed logins from one address before its logins are refused for a while; 0: no limit."
     )
+    catalog_pool_size: int = Field(
+        10,
+        ge=8,
+        description="With a PostgreSQL catalog: the most connections this server opens to the database, shared "
+        "out among the store's writes and reads, leases and version order, and the Iceberg catalog; a request "
+        "that finds them all busy waits for one.",
+    )
     login_lock_seconds: float = Field(
         60.0, description="How long failed logins count, and how long an address is refused after too many."
     )

@@ -8,10 +8,17 @@
 A batch's rows that fail to parse or convert are filtered, not fatal (the batch runs with
 max_filter_ratio 1); the job-level `max_error_number` / `max_filter_ratio` window decides whether the job
 pauses, as Doris's `RoutineLoadJob.updateNumOfData` does.
+
+Several servers (one PostgreSQL store): a job runs on one server (its `owner`), and every server lists every job
+and runs PAUSE / RESUME / STOP on any of them, as any Doris FE answers. A state change is one locked
+read-modify-write of the stored job (`RoutineLoadStore.update`), whoever makes it; the owner folds its batches
+into the job the same way, keeping the state as stored, and polls the store every `poll_seconds` for changes
+made on other servers (a newer `revision`): it stops a job paused or stopped elsewhere and starts one resumed.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -33,6 +40,7 @@ from tables.routine_load import (
     BatchCounts,
     JobNotFound,
     JobState,
+    JobStatistic,
     RoutineLoadJob,
     RoutineLoadSpec,
     RoutineLoadStore,
@@ -45,6 +53,23 @@ from tables.transactions import VISIBLE, TransactionStore
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_ABORTS = 3
+ACTIVE = (JobState.NEED_SCHEDULE, JobState.RUNNING)
+# what running a job changes; the state (`_transition`) is changed by the statements too
+RUN_FIELDS = ("progress", "statistic", "last_txn", "error_log_urls", "other_msg")
+STATE_FIELDS = ("state", "pause_time", "end_time", "reason")
+
+
+def _transition(job: RoutineLoadJob, state: JobState, reason: str) -> None:
+    job.state = state
+    if state is JobState.PAUSED:
+        job.pause_time = time.time()
+        job.reason = reason
+    elif state is JobState.NEED_SCHEDULE:
+        job.pause_time = None
+        job.reason = ""
+    elif state.is_final:
+        job.end_time = time.time()
+        job.reason = reason
 
 
 @dataclass
@@ -80,10 +105,12 @@ class RoutineLoadManager:
         min_batch_rows: int = 200000,
         cert_dir: Path | None = None,
         owner: str | None = None,
+        poll_seconds: float = 1.0,
     ) -> None:
-        # several servers share the store: this server runs (and shows) only the jobs created through it, so no
-        # two consume one job's partitions
+        # several servers share the store: this server runs only the jobs created through it (and those of dead
+        # servers it adopted), so no two consume one job's partitions; it shows and changes every job
         self.owner = owner
+        self.poll_seconds = poll_seconds
         self.loads = loads
         self.store = store
         self.txns = txns
@@ -94,12 +121,17 @@ class RoutineLoadManager:
         self._jobs: dict[int, RoutineLoadJob] = {}
         self._runtime: dict[int, _Runtime] = {}
         self._closed = False
+        self._closing = threading.Event()
+        self._poller: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         """Load the jobs (their store is migrated when the services are built, `app.main.build_services`), fold in
         batches that became visible before a crash, run the active ones."""
         self._take(lambda job: self.owner is None or job.owner == self.owner)
+        if self.owner is not None:  # other servers change this server's jobs through the store
+            self._poller = threading.Thread(target=self._poll, name="routine-load-poll", daemon=True)
+            self._poller.start()
 
     def adopt(self, server: str) -> int:
         """Several servers: run the jobs of a server that is gone; they become this server's. Returns how many."""
@@ -109,11 +141,11 @@ class RoutineLoadManager:
         taken = 0
         for job in self.store.all():
             with self._lock:
-                if not wanted(job) or job.id in self._jobs:
+                held = self._jobs.get(job.id)  # one another server adopted (this one was taken for dead) is taken again
+                if not wanted(job) or (held is not None and held.owner == self.owner):
                     continue
             if adopt:
-                job.owner = self.owner
-                self.store.save(job)
+                job = self.store.update(job.id, lambda stored: _set_owner(stored, self.owner))
             self._fold_committed(job)
             with self._lock:
                 self._jobs[job.id] = job
@@ -134,6 +166,9 @@ class RoutineLoadManager:
         return True
 
     def close(self) -> None:
+        self._closing.set()
+        if self._poller is not None:
+            self._poller.join(timeout=30)
         with self._lock:
             self._closed = True
             runtimes = list(self._runtime.values())
@@ -150,38 +185,34 @@ class RoutineLoadManager:
             if txn is None or txn.state != VISIBLE:
                 continue
             self._apply_batch(job, txn_id, progress, counts)
-        self.store.save(job)
+        self._save(job)
 
     # -- statements -----------------------------------------------------------------------
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
         """Raises: AlreadyExists (name used by a job that is not final)."""
-        job = self.store.create(spec)
-        if self.owner is not None:
-            job.owner = self.owner
-            self.store.save(job)
+        job = self.store.create(spec, owner=self.owner)
         with self._lock:
             self._jobs[job.id] = job
             self._launch(job.id)
-        return job
+        return job.model_copy(deep=True)
 
     def find(self, db: str, name: str) -> RoutineLoadJob:
-        """The newest job of that name.
+        """The newest job of that name, whichever server runs it.
 
         Raises:
             JobNotFound.
         """
-        with self._lock:
-            found = [j for j in self._jobs.values() if j.spec.db == db and j.spec.name == name]
+        found = [j for j in self.jobs(db) if j.spec.name == name]
         if not found:
             raise JobNotFound(name)
-        return max(found, key=lambda j: j.id).model_copy(deep=True)
+        return max(found, key=lambda j: j.id)
 
     def jobs(self, db: str) -> list[RoutineLoadJob]:
-        with self._lock:
-            return [j.model_copy(deep=True) for j in self._jobs.values() if j.spec.db == db]
+        """Every job of the database, as stored (every change is stored at once), whichever server runs it."""
+        return [j for j in self.store.all() if j.spec.db == db]
 
     def runtime(self, job_id: int) -> tuple[TaskInfo | None, dict[int, int]]:
-        """The job's current task and its partitions' lag."""
+        """The job's current task and its partitions' lag (known on the server that runs it; elsewhere none)."""
         with self._lock:
             runtime = self._runtime.get(job_id)
             if runtime is None:
@@ -190,64 +221,130 @@ class RoutineLoadManager:
 
     def pause(self, db: str, name: str | None, user: str = "root") -> None:
         """Raises: JobNotFound; DorisError when the job cannot be paused."""
+        reason = error_reason(MANUAL_PAUSE_ERR, f"User {user} pauses routine load job")
+
+        def change(job: RoutineLoadJob) -> bool:
+            if job.state not in ACTIVE:
+                if name is None:
+                    return False
+                raise DorisError(f"Could not transform {job.state.value} to PAUSED")
+            _transition(job, JobState.PAUSED, reason)
+            return True
+
         for job in self._targets(db, name):
-            with self._lock:
-                current = self._jobs[job.id]
-                if current.state in (JobState.PAUSED, JobState.STOPPED, JobState.CANCELLED):
-                    if name is None:
-                        continue
-                    raise DorisError(f"Could not transform {current.state.value} to PAUSED")
-                self._set_state(
-                    current, JobState.PAUSED, error_reason(MANUAL_PAUSE_ERR, f"User {user} pauses routine load job")
-                )
+            self._changed(self.store.update(job.id, change))
 
     def resume(self, db: str, name: str | None) -> None:
         """Raises: JobNotFound; DorisError when the job is final."""
+
+        def change(job: RoutineLoadJob) -> bool:
+            if job.state.is_final:
+                if name is None:
+                    return False
+                raise DorisError(f"Could not transform {job.state.value} to NEED_SCHEDULE")
+            if job.state is not JobState.PAUSED:
+                return False
+            job.statistic.current_error_rows = job.statistic.current_total_rows = 0
+            _transition(job, JobState.NEED_SCHEDULE, "")
+            return True
+
         for job in self._targets(db, name):
-            with self._lock:
-                current = self._jobs[job.id]
-                if current.state.is_final:
-                    if name is None:
-                        continue
-                    raise DorisError(f"Could not transform {current.state.value} to NEED_SCHEDULE")
-                if current.state is not JobState.PAUSED:
-                    continue
-                current.statistic.current_error_rows = current.statistic.current_total_rows = 0
-                self._set_state(current, JobState.NEED_SCHEDULE, "")
-                self._launch(current.id)
+            self._changed(self.store.update(job.id, change))
 
     def stop(self, db: str, name: str) -> None:
         """Raises: JobNotFound; DorisError when the job is already final."""
-        job = self.find(db, name)
-        with self._lock:
-            current = self._jobs[job.id]
-            if current.state.is_final:
-                raise DorisError(f"Could not transform {current.state.value} to STOPPED")
-            self._set_state(current, JobState.STOPPED, "")
+
+        def change(job: RoutineLoadJob) -> bool:
+            if job.state.is_final:
+                raise DorisError(f"Could not transform {job.state.value} to STOPPED")
+            _transition(job, JobState.STOPPED, "")
+            return True
+
+        self._changed(self.store.update(self.find(db, name).id, change))
 
     def _targets(self, db: str, name: str | None) -> list[RoutineLoadJob]:
         if name is not None:
             return [self.find(db, name)]
         return [j for j in self.jobs(db) if not j.state.is_final]
 
+    # -- the stored job and this server's copy ------------------------------------------------
+    def _changed(self, stored: RoutineLoadJob) -> None:
+        """A statement changed the stored job: a job this server runs follows at once (another server's follows
+        on its next poll)."""
+        with self._lock:
+            job = self._jobs.get(stored.id)
+            if job is not None:
+                self._follow(job, stored)
+
+    def _poll(self) -> None:
+        """Several servers: follow the changes other servers' statements make to this server's jobs."""
+        while not self._closing.wait(self.poll_seconds):
+            try:
+                stored = {j.id: j for j in self.store.all()}
+            except LoadError as exc:  # the database is away: the next poll tries again
+                log.warning("routine load: cannot read the jobs: %s", exc.text)
+                continue
+            with self._lock:
+                for job_id, job in list(self._jobs.items()):
+                    if (found := stored.get(job_id)) is not None:
+                        self._follow(job, found)
+
+    def _follow(self, job: RoutineLoadJob, stored: RoutineLoadJob) -> None:
+        """Take the stored state into this server's copy (under the lock) and start or stop the job's thread."""
+        if stored.revision <= job.revision:
+            return
+        resumed = job.state not in ACTIVE and stored.state in ACTIVE
+        if stored.owner != job.owner:  # adopted by a server that took this one for dead: it runs there now
+            job.owner = stored.owner
+            resumed = False
+        for name in STATE_FIELDS:
+            setattr(job, name, getattr(stored, name))
+        if resumed:  # the job was not running: its statistic is the stored one (RESUME resets its error window)
+            job.statistic = stored.statistic.model_copy()
+        job.revision = stored.revision
+        if self._jobs.get(job.id) is not job:
+            return
+        if job.state not in ACTIVE or job.owner != self.owner:
+            self._stop_runtime(job.id)
+            return
+        runtime = self._runtime.get(job.id)
+        idle = runtime is None or runtime.stop.is_set() or runtime.thread is None or not runtime.thread.is_alive()
+        if idle:
+            self._launch(job.id)
+
+    def _stop_runtime(self, job_id: int) -> None:
+        runtime = self._runtime.get(job_id)
+        if runtime is not None:
+            runtime.stop.set()
+            runtime.task = None
+
+    def _save(self, job: RoutineLoadJob) -> None:
+        """Store what running the job changed (progress, statistic, messages), keeping the stored state (a
+        statement on another server may have paused or stopped the job since), which this copy then follows."""
+
+        def merge(stored: RoutineLoadJob) -> bool:
+            if stored.state is JobState.NEED_SCHEDULE and job.state is JobState.RUNNING:
+                stored.state = JobState.RUNNING  # its first batch started
+            for name in RUN_FIELDS:
+                value = getattr(job, name)
+                setattr(stored, name, value.model_copy() if isinstance(value, JobStatistic) else copy.copy(value))
+            return True
+
+        with self._lock:
+            self._follow(job, self.store.update(job.id, merge))
+
     def _set_state(self, job: RoutineLoadJob, state: JobState, reason: str) -> None:
-        """Change state under the lock and persist; a job leaving RUNNING stops its thread after its batch."""
-        job.state = state
-        if state is JobState.PAUSED:
-            job.pause_time = time.time()
-            job.reason = reason
-        elif state is JobState.NEED_SCHEDULE:
-            job.pause_time = None
-            job.reason = ""
-        elif state.is_final:
-            job.end_time = time.time()
-            job.reason = reason
-        self.store.save(job)
-        if state in (JobState.PAUSED, JobState.STOPPED, JobState.CANCELLED):
-            runtime = self._runtime.get(job.id)
-            if runtime is not None:
-                runtime.stop.set()
-                runtime.task = None
+        """The job's run decides a state (too many errors, a Kafka error, its table gone): stored unless a
+        statement has paused or ended the job meanwhile; a job leaving RUNNING stops its thread after its batch."""
+
+        def change(stored: RoutineLoadJob) -> bool:
+            if stored.state not in ACTIVE:
+                return False
+            _transition(stored, state, reason)
+            return True
+
+        with self._lock:
+            self._follow(job, self.store.update(job.id, change))
 
     # -- running ----------------------------------------------------------------------------
     def _launch(self, job_id: int) -> None:
@@ -268,7 +365,7 @@ class RoutineLoadManager:
     def _active(self, job_id: int, runtime: _Runtime) -> RoutineLoadJob | None:
         with self._lock:
             job = self._jobs[job_id]
-            if runtime.stop.is_set() or job.state not in (JobState.NEED_SCHEDULE, JobState.RUNNING):
+            if runtime.stop.is_set() or job.state not in ACTIVE or job.owner != self.owner:
                 return None
             return job
 
@@ -287,7 +384,7 @@ class RoutineLoadManager:
                         job.progress = {**source.start, **job.progress}
                         if job.state is JobState.NEED_SCHEDULE:
                             job.state = JobState.RUNNING
-                        self.store.save(job)
+                        self._save(job)
                 runtime.task = TaskInfo(task_id=_task_id(), create_time=time.time(), offsets=dict(source.start))
                 batch = source.read(runtime.stop)
                 if not batch.values:
@@ -375,7 +472,7 @@ class RoutineLoadManager:
         with self._lock:
             current = self._jobs[job_id]
             self._apply_batch(current, prepared.txn_id, progress, counts)
-            self.store.save(current)
+            self._save(current)
         return True
 
     def _apply_batch(self, job: RoutineLoadJob, txn_id: int, progress: dict[int, int], counts: BatchCounts) -> None:
@@ -394,9 +491,14 @@ class RoutineLoadManager:
             job = self._jobs[job_id]
             job.statistic.aborted_task_num += 1
             job.other_msg = message
-            self.store.save(job)
+            self._save(job)
         log.warning("routine load job %s: batch aborted: %s", job_id, message)
         return False
+
+
+def _set_owner(job: RoutineLoadJob, owner: str | None) -> bool:
+    job.owner = owner
+    return True
 
 
 def _task_id() -> str:

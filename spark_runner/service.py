@@ -8,7 +8,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,12 +92,15 @@ class LoadService:
         txns: TransactionStore,
         writer: TableWriter,
         error_log_dir: Path,
+        old_error_log_dirs: Sequence[Path] = (),
     ) -> None:
         self.spark = spark
         self.catalog = catalog
         self.txns = txns
         self.writer = writer
         self.error_log_dir = error_log_dir
+        # read too: where an earlier release (or layout) wrote them, until they expire
+        self.error_log_dirs = list(dict.fromkeys([error_log_dir, *old_error_log_dirs]))
         self._workers = _DaemonWorkers("load-job")
         error_log_dir.mkdir(parents=True, exist_ok=True)
         # the merge-on-write re-check at a commit is a Spark job; the writer (below Spark) is handed it
@@ -314,8 +317,11 @@ class LoadService:
 
     def error_log(self, name: str) -> str | None:
         """The text of an error log by its name, or None (an unknown name, or anything that is not a name)."""
-        path = error_log_path(self.error_log_dir, name)
-        return path.read_text(errors="replace") if path is not None else None
+        for directory in self.error_log_dirs:
+            path = error_log_path(directory, name)
+            if path is not None:
+                return path.read_text(errors="replace")
+        return None
 
     def cleanup_staged(self, path: Path) -> None:
         """Remove a staged body (a file or a directory) and what its reading left beside it."""

@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tables.errors import AccessDenied, AlreadyExists, DorisError, NotAuthorized
-from tables.store import GRANTS, ROLES, USER_ROLES, USERS, Store, Tx
+from tables.store import GRANTS, LOGIN_FAILURES, ROLES, USER_ROLES, USERS, Store, Tx
 
 ROOT = "root"
 ADMIN = "admin"
@@ -612,3 +612,70 @@ class LoginThrottle:
 
     def _recent(self, client: str, now: float) -> list[float]:
         return [t for t in self._failures.get(client, []) if now - t < self.lock_seconds][-self.max_failures :]
+
+
+@dataclass
+class SharedLoginThrottle(LoginThrottle):
+    """`LoginThrottle` across servers sharing a store (PostgreSQL): failures are rows in the store, counted from
+    every server, so spreading guesses over N servers gains nothing. A login reads the client's recent count (one
+    indexed query); only a client with failures costs a write (its failure, or its count cleared on success)."""
+
+    store: Store | None = None
+
+    def __post_init__(self) -> None:
+        if self.store is None:
+            raise ValueError("a shared login throttle needs a store")
+        self.store.ensure(LOGIN_FAILURES)
+        sql, f = self.store.sql, LOGIN_FAILURES.c
+        self._recent_sql = sql(
+            "login recent",
+            lambda: sa.select(sa.func.count(), sa.func.max(f.at)).where(
+                f.client == _bp("p_client"), f.at > _bp("p_since", sa.Float)
+            ),
+        )
+        self._add = sql(
+            "login add", lambda: sa.insert(LOGIN_FAILURES).values(client=_bp("p_client"), at=_bp("p_now", sa.Float))
+        )
+        self._clear = sql("login clear", lambda: sa.delete(LOGIN_FAILURES).where(f.client == _bp("p_client")))
+        self._expire = sql("login expire", lambda: sa.delete(LOGIN_FAILURES).where(f.at <= _bp("p_since", sa.Float)))
+        self._with_failures: set[str] = set()  # clients this server saw failures of: a success clears them
+
+    def check(self, user: str, client: str) -> None:
+        """Raises: NotAuthorized while the client is locked out; StoreUnavailable."""
+        if self.max_failures <= 0:
+            return
+        assert self.store is not None
+        now = time.time()
+        with self.store.read() as tx:
+            count, last = tx.run(self._recent_sql, p_client=client, p_since=now - self.lock_seconds).rows[0]
+        if not count:
+            return
+        with self._lock:
+            self._with_failures.add(client)
+        if count < self.max_failures:
+            return
+        remaining = max(1, int(float(last) + self.lock_seconds - now))
+        count = min(int(count), self.max_failures)
+        raise NotAuthorized(
+            f"Access denied for user '{user}'. Logins from {client} are blocked for {int(self.lock_seconds)} "
+            f"second(s) ({remaining} second(s) remaining) due to {count} consecutive failed logins."
+        )
+
+    def failed(self, client: str) -> None:
+        if self.max_failures <= 0:
+            return
+        assert self.store is not None
+        now = time.time()
+        with self.store.write() as tx:
+            tx.run(self._expire, p_since=now - self.lock_seconds)  # bounded: failures past the window go
+            tx.run(self._add, p_client=client, p_now=now)
+        with self._lock:
+            self._with_failures.add(client)
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            if client not in self._with_failures:
+                return
+            self._with_failures.discard(client)
+        assert self.store is not None
+        self.store.write_one(self._clear, p_client=client)

@@ -46,7 +46,7 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import IntegerType, NestedField
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, create_engine, select
 from sqlalchemy.orm import Session
 
 from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotFound
@@ -55,7 +55,7 @@ from tables.names import check_database_name, check_table_name
 from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
 from tables.paths import remove_tree
 from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
-from tables.store import lock_key, report_unavailable
+from tables.store import lock_key, pool_options, report_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,11 @@ class _SqlCatalog(SqlCatalog):
 
     CACHED = 64  # metadata files kept parsed (one per table in use; a commit makes the old one unused)
 
-    def __init__(self, name: str, **properties: str) -> None:
+    def __init__(self, name: str, pool_size: int | None = None, **properties: str) -> None:
         super().__init__(name, **properties)
+        if pool_size is not None and self.engine.dialect.name != "sqlite":  # bounded (`SL_CATALOG_POOL_SIZE`)
+            self.engine.dispose()
+            self.engine = create_engine(properties["uri"], pool_pre_ping=True, **pool_options(pool_size, bounded=True))
         self._parsed: dict[str, tuple[TableMetadata, FileIO]] = {}
         self._parsed_lock = threading.Lock()
         # built once: composing the statement cost ~0.3 ms per load, ten times running it
@@ -310,10 +313,13 @@ class BrokenTable(DorisError):
 class Catalog:
     """Databases and tables over a pyiceberg SQL catalog (SQLite file by default)."""
 
-    def __init__(self, *, uri: str, warehouse: Path) -> None:
+    def __init__(self, *, uri: str, warehouse: Path, pool_size: int | None = None) -> None:
+        """`pool_size`: at most this many connections to a server database (none: pyiceberg's pool, which grows)."""
         warehouse.mkdir(parents=True, exist_ok=True)
         self.warehouse = warehouse.resolve()
-        self._iceberg = _SqlCatalog("default", uri=uri, warehouse=f"file://{warehouse}", pool_pre_ping="true")
+        self._iceberg = _SqlCatalog(
+            "default", pool_size, uri=uri, warehouse=f"file://{warehouse}", pool_pre_ping="true"
+        )
         self._ddl_lock = threading.Lock()
 
     # -- databases -----------------------------------------------------------------------

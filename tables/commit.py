@@ -604,6 +604,13 @@ class TableWriter:
                 del self._turnstiles[identity]
 
     @contextmanager
+    def commit_lock(self, handle: TableHandle) -> Iterator[None]:
+        """Hold the table's commit lock (a metadata-only commit, a snapshot expiry): no load or compaction commits
+        meanwhile, on this server or (PostgreSQL) any other."""
+        with self._turnstile(handle).commit_lock:
+            yield
+
+    @contextmanager
     def rewrite(self, db: str, table: str, *, label: str, planned: TableDef) -> Iterator[PendingRewrite]:
         """Let the caller write files replacing some of the table's data files (a compaction), then commit
         one overwrite snapshot that deletes `replaced` and adds `files`, between load commits.

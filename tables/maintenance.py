@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,9 @@ from tables.paths import UnsafePath, removable_path, remove_file
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
 
 log = logging.getLogger(__name__)
+
+# the table's commit lock, held over a metadata-only commit (`tables.commit.TableWriter.commit_lock`)
+CommitLock = Callable[[TableHandle], AbstractContextManager[None]]
 
 
 @dataclass
@@ -151,13 +156,16 @@ def run_maintenance(
     txns: TransactionStore,
     *,
     staging: Path,
-    error_logs: Path | None = None,
+    error_logs: Path | Sequence[Path] | None = None,
     grace_seconds: float,
     snapshot_keep_seconds: float,
     snapshot_keep_count: int | None = None,
     now: float | None = None,
+    commit_lock: CommitLock | None = None,
 ) -> MaintenanceReport:
-    """One pass over every table; safe to run while loads are in flight."""
+    """One pass over every table; safe to run while loads are in flight. `commit_lock` (the writer's
+    `TableWriter.commit_lock`) is held over each table's snapshot expiry, so it never races a load's or a
+    compaction's commit on any server; `error_logs`: the folders of error logs (the data dir's by default)."""
     now = time.time() if now is None else now
     report = MaintenanceReport(labels_forgotten=txns.forget_expired())
     protected = {t.txn_id for t in _unresolved(txns)}
@@ -165,9 +173,11 @@ def run_maintenance(
     for db, name in sorted(locations):
         try:
             handle = catalog.load(db, name)
-            report.snapshots_expired += expire_snapshots(
-                handle, txns, keep_seconds=snapshot_keep_seconds, now=now, keep_count=snapshot_keep_count
-            )
+            with commit_lock(handle) if commit_lock is not None else nullcontext():
+                handle.iceberg.refresh()  # under the lock: the last commit of any server
+                report.snapshots_expired += expire_snapshots(
+                    handle, txns, keep_seconds=snapshot_keep_seconds, now=now, keep_count=snapshot_keep_count
+                )
             handle = catalog.load(db, name)
             others = [loc for key, loc in locations.items() if key != (db, name)]
             root = removable_path(handle.location, [catalog.warehouse], others=others)
@@ -185,5 +195,6 @@ def run_maintenance(
             log.exception("maintenance of %s.%s failed", db, name)
     report.files_removed += remove_staging_orphans(staging, protected, grace_seconds=grace_seconds, now=now)
     error_logs = error_logs or staging.parent / "error_log"  # the data dir's (staging may be on the shared dir)
-    report.files_removed += expire_error_logs(error_logs, keep_seconds=txns.label_keep_seconds, now=now)
+    for folder in dict.fromkeys([error_logs] if isinstance(error_logs, Path) else error_logs):
+        report.files_removed += expire_error_logs(folder, keep_seconds=txns.label_keep_seconds, now=now)
     return report

@@ -276,6 +276,7 @@ class RoutineLoadJob(BaseModel):
     last_txn: int = 0  # the newest batch transaction folded into progress and statistic
     user: str = "root"
     owner: str | None = None  # several servers: the one that created it runs it (None: one server)
+    revision: int = 0  # bumped by every `RoutineLoadStore.update`: a copy older than the stored one is stale
 
 
 # 1: a job's spec holds the stream-load headers of its batches (no routine_load_format row); 2: their LoadRequest
@@ -300,6 +301,7 @@ class RoutineLoadStore:
         )
         self._any_job = sql("rl any", lambda: sa.select(j.job_id).limit(1))
         self._bodies = sql("rl bodies", lambda: sa.select(j.job_id, j.body).order_by(j.job_id))
+        self._body = sql("rl body", lambda: sa.select(j.body).where(j.job_id == sa.bindparam("p_id")))
         self._named = sql(
             "rl named",
             lambda: sa.select(j.body).where(j.db == sa.bindparam("p_db"), j.name == sa.bindparam("p_name")),
@@ -371,7 +373,7 @@ class RoutineLoadStore:
             tx.run(self._set_version, p_version=STORE_FORMAT)
         return len(rows)
 
-    def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
+    def create(self, spec: RoutineLoadSpec, *, owner: str | None = None) -> RoutineLoadJob:
         """Register a job in NEED_SCHEDULE.
 
         Raises:
@@ -383,12 +385,31 @@ class RoutineLoadStore:
                 if not RoutineLoadJob.model_validate_json(body).state.is_final:
                     raise AlreadyExists(f"Name {spec.name} already used in db {spec.db}")
             job_id = int(tx.run(self._add, p_db=spec.db, p_name=spec.name).scalar())
-            job = RoutineLoadJob(id=job_id, spec=spec)
+            job = RoutineLoadJob(id=job_id, spec=spec, owner=owner)
             tx.run(self._save, p_id=job.id, p_body=job.model_dump_json())
         return job
 
     def save(self, job: RoutineLoadJob) -> None:
         self.store.write_one(self._save, p_id=job.id, p_body=job.model_dump_json())
+
+    def update(self, job_id: int, change: Callable[[RoutineLoadJob], bool]) -> RoutineLoadJob:
+        """Change the stored job in one transaction, under the job's lock (several servers change one job: the
+        one running it folds in its batches, any one runs PAUSE / RESUME / STOP); `change` edits the job it is
+        given and returns whether to write it. Returns the job as stored.
+
+        Raises:
+            JobNotFound: no job of that id; whatever `change` raises (nothing is written).
+        """
+        with self.store.write() as tx:
+            tx.lock(f"routine load job\0{job_id}")
+            row = tx.run(self._body, p_id=job_id).first()
+            if row is None:
+                raise JobNotFound(str(job_id))
+            job = RoutineLoadJob.model_validate_json(row[0])
+            if change(job):
+                job.revision += 1
+                tx.run(self._save, p_id=job_id, p_body=job.model_dump_json())
+        return job
 
     def all(self) -> list[RoutineLoadJob]:
         with self.store.read() as tx:

@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -140,6 +140,18 @@ LOAD_JOBS = sa.Table(
 )
 
 
+LOGIN_FAILURES = sa.Table(  # several servers: failed logins counted across them (`tables.accounts`)
+    "login_failures",
+    METADATA,
+    sa.Column("id", RowId, primary_key=True, autoincrement=True),
+    sa.Column("client", sa.Text, nullable=False),
+    sa.Column("at", Real, nullable=False),  # wall-clock time of the failure
+    sa.Index("login_failures_client", "client", "at"),
+    sa.Index("login_failures_at", "at"),
+    sqlite_autoincrement=True,
+)
+
+
 def is_postgresql(uri: str | None) -> bool:
     return bool(uri) and sa.engine.make_url(str(uri)).get_backend_name() == "postgresql"
 
@@ -224,6 +236,30 @@ def create_tables(engine: sa.Engine, metadata: sa.MetaData) -> None:
         metadata.create_all(conn, checkfirst=True)
 
 
+def pool_options(size: int, *, bounded: bool) -> dict[str, int]:
+    """A connection pool of `size` connections kept, and as many more under load unless `bounded`."""
+    return {"pool_size": size, "max_overflow": 0 if bounded else size}
+
+
+class PoolSizes(NamedTuple):
+    """How a server's PostgreSQL connections (`SL_CATALOG_POOL_SIZE`) are shared out among its engines."""
+
+    writes: int  # the store's write transactions
+    reads: int  # the store's autocommit reads
+    coordination: int  # leases and version order; a commit holds one for the table's commit lock
+    catalog: int  # pyiceberg's catalog
+
+    @classmethod
+    def of(cls, total: int) -> PoolSizes:
+        """A fifth each for reads and the catalog, three tenths for coordination (at least 2 each, so at least 8 in
+        all), the rest for writes."""
+        if total < 8:
+            raise ValueError("a catalog pool needs at least 8 connections")
+        reads = catalog = max(2, total // 5)
+        coordination = max(2, total * 3 // 10)
+        return cls(total - reads - catalog - coordination, reads, coordination, catalog)
+
+
 def lock_key(name: str) -> int:
     """A PostgreSQL advisory lock's key for a name: signed 64 bits, the same on every server and Python (crc32 of
     the name and of it reversed, not `hash`)."""
@@ -238,7 +274,9 @@ def lock_key(name: str) -> int:
 class Store:
     """One database: `Store(uri)` for PostgreSQL (or any SQLAlchemy URI), `Store.sqlite(path)` for a file."""
 
-    def __init__(self, uri: str, *, pool_size: int = 16) -> None:
+    def __init__(
+        self, uri: str, *, pool_size: int = 16, read_pool_size: int | None = None, bounded: bool = False
+    ) -> None:
         self.uri = uri
         url = sa.engine.make_url(uri)
         self._sqlite_path: Path | None = None
@@ -258,9 +296,13 @@ class Store:
             # connections are opened on demand and kept (up to `pool_size`): an overflow connection is closed when
             # it is returned, and opening one costs a PostgreSQL backend's start (16 writers churning through a
             # pool of 4 ran at a third of the rate)
-            options: dict[str, Any] = {"pool_pre_ping": True, "pool_size": pool_size, "max_overflow": pool_size}
-            self._engine = sa.create_engine(uri, **options)
-            self._reads = sa.create_engine(uri, isolation_level="AUTOCOMMIT", **options)
+            # (`bounded`: never more than the pool sizes, `SL_CATALOG_POOL_SIZE`; a checkout waits for a connection)
+            reads = read_pool_size or pool_size
+            options: dict[str, Any] = {"pool_pre_ping": True}
+            self._engine = sa.create_engine(uri, **options, **pool_options(pool_size, bounded=bounded))
+            self._reads = sa.create_engine(
+                uri, isolation_level="AUTOCOMMIT", **options, **pool_options(reads, bounded=bounded)
+            )
             report_unavailable(self._engine)
             report_unavailable(self._reads)
         self.dialect: str = self._engine.dialect.name

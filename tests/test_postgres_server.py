@@ -7,8 +7,10 @@ the expensive part); `make test-full` restarts it once (`full`: a second JVM sta
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -99,6 +101,42 @@ def test_loads_two_phase_accounts_and_broker_jobs_live_in_postgresql(server: Ser
     assert (server.label_state(DB, "committed"), server.label_state(DB, "kept")) == ("VISIBLE", "PRECOMMITTED")
     assert not (server.data_dir / "transactions.db").exists()  # the store is PostgreSQL, not a file
     assert not (server.data_dir / "catalog.db").exists()
+
+
+@pytest.mark.full  # 32 loads at once: ~10-15 s
+def test_32_concurrent_loads_stay_within_the_servers_connection_pool(
+    server: ServerProcess, postgres: PostgresServer, postgres_uri: str
+) -> None:
+    """`SL_CATALOG_POOL_SIZE` (default 10) bounds the server's connections to PostgreSQL: 32 loads at once into
+    two tables all succeed, and pg_stat_activity never shows more than 10 connections to the database."""
+    import psycopg
+
+    database = postgres_uri.rsplit("/", 1)[1]
+    server.sql("information_schema", f"CREATE DATABASE IF NOT EXISTS {DB}")
+    for table in ("p1", "p2"):
+        server.sql(DB, DDL.replace("TABLE t", f"TABLE {table}"))
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(postgres.dsn(), autocommit=True) as conn:  # the `postgres` database: not counted
+            while not done.is_set():
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()
+                seen.append(int(row[0]) if row else 0)
+                time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            replies = list(pool.map(lambda i: server.load(DB, f"p{i % 2 + 1}", f"{i},v{i}\n".encode()), range(32)))
+    finally:
+        done.set()
+        sampler.join()
+    assert [r["Status"] for r in replies] == ["Success"] * 32, [r for r in replies if r["Status"] != "Success"]
+    counts = [server.sql(DB, f"SELECT count(*) FROM p{n}")["data"][0][0] for n in (1, 2)]
+    assert counts == [16, 16]
+    assert len(seen) > 10 and max(seen) <= 10, (max(seen), seen)
 
 
 @pytest.mark.full  # a second JVM start (~25 s on a busy machine)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conformance import run_case
@@ -28,6 +29,7 @@ from tests.server_process import ServerProcess
 
 DATA = Path(__file__).resolve().parent / "data" / "conformance" / "cases"
 LEASE_SECONDS = 6
+LOGIN_MAX_FAILURES = 4
 ROUTINE_JOB = """CREATE ROUTINE LOAD rl_a ON routine_a COLUMNS TERMINATED BY ",", COLUMNS(k, v)
     PROPERTIES ("max_batch_interval" = "1")
     FROM KAFKA ("kafka_broker_list" = "{bootstrap}", "kafka_topic" = "{topic}",
@@ -60,6 +62,8 @@ def new_server(root: Path, name: str, uri: str, shared: Path, **env: str) -> Ser
         SL_SHARED_DIR=str(shared),
         SL_SPARK_MASTER="local[1]",
         SL_LEASE_SECONDS=str(LEASE_SECONDS),
+        SL_LOGIN_MAX_FAILURES=str(LOGIN_MAX_FAILURES),
+        SL_LOGIN_LOCK_SECONDS="3",
         **env,
     )
 
@@ -119,6 +123,50 @@ def test_a_label_is_unique_across_servers_and_a_schema_change_reaches_the_other(
     a.sql(db, "ALTER TABLE t ADD COLUMN w INT")
     assert_doris_result(b.stream_load(db, "t", "2,b,7\n", {"column_separator": ",", "columns": "k,v,w"}), loaded=1)
     assert a.rows(db, "SELECT k, v, w FROM t ORDER BY k") == [[1, "a", None], [2, "b", 7]]
+
+
+def test_a_loads_error_log_is_served_by_every_server(deployment: Deployment) -> None:
+    """The ErrorURL of a load through a opens on b too (behind a load balancer the next request may go anywhere),
+    with the same credentials; a name that is not an error log is not found on either; one an earlier release
+    wrote in a server's data dir is still served by that server."""
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "errorlog")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    reply = a.stream_load(db, "t", "1,a\n2,b,c\n", {"column_separator": ",", "max_filter_ratio": "0.9"}).json()
+    assert reply["Status"] == "Success" and reply["NumberFilteredRows"] == 1, reply
+    name = reply["ErrorURL"].split("file=", 1)[1]
+    for doris in (a, b):
+        found = doris.http.get("/api/_load_error_log", params={"file": name})
+        assert found.status_code == 200 and "actual column number" in found.text, found.text
+        assert doris.http.get("/api/_load_error_log", params={"file": "../transactions.db"}).status_code == 404
+    anonymous = httpx.get(f"{deployment.servers[1].base_url}/api/_load_error_log", params={"file": name})
+    assert anonymous.status_code == 401
+    # one an earlier release wrote in a's data dir: a still serves it
+    old = deployment.servers[0].data_dir / "error_log" / "error_log_123_old_label"
+    old.parent.mkdir(exist_ok=True)
+    old.write_text("Reason: an earlier release's error log\n")
+    assert "earlier release" in a.http.get("/api/_load_error_log", params={"file": old.name}).text
+
+
+def test_failed_logins_spread_over_servers_lock_the_address_out_on_all(deployment: Deployment) -> None:
+    """Guesses alternating between a and b count together (the store holds them): after four, the right password
+    is refused on both servers until the lock passes. The guesser comes from 127.0.0.2, so root's own
+    requests (127.0.0.1) stay unaffected."""
+    name = f"guessed_{uuid.uuid4().hex[:6]}"
+    deployment.client(0).sql("information_schema", f"CREATE USER '{name}'@'%' IDENTIFIED BY 'right'")
+    guesser = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+    urls = [f"{server.base_url}/api/backends" for server in deployment.servers]
+    for guess in range(LOGIN_MAX_FAILURES):
+        reply = guesser.get(urls[guess % 2], auth=(name, f"wrong{guess}")).json()
+        assert "Access denied for user" in reply["data"] and "blocked" not in reply["data"], reply
+    for url in urls:
+        locked = guesser.get(url, auth=(name, "right")).json()  # the right password, too late, on either
+        assert locked["code"] == 401 and f"{LOGIN_MAX_FAILURES} consecutive failed logins" in locked["data"], locked
+    assert deployment.client(1).rows("information_schema", "SELECT 1") == [[1]]  # another address logs in
+    time.sleep(3.1)
+    assert guesser.get(urls[1], auth=(name, "right")).json()["code"] == 0
+    assert guesser.get(urls[0], auth=(name, "wrong")).json()["code"] == 401  # the count started again: one
+    assert guesser.get(urls[0], auth=(name, "right")).json()["code"] == 0
 
 
 def test_a_two_phase_load_precommitted_on_one_server_commits_on_the_other(deployment: Deployment) -> None:
@@ -194,11 +242,73 @@ def version_order(deployment: Deployment, db: str, table: str) -> list[str]:
     return [p["doris.label"] for p in sorted(loads, key=lambda p: int(p[VERSION_PROPERTY]))]
 
 
+def show_job(doris: DorisClient, db: str, name: str) -> dict[str, Any]:
+    data = doris.sql(db, f"SHOW ALL ROUTINE LOAD FOR {name}")
+    names = [m["name"] for m in data["meta"]]
+    (row,) = data["data"]
+    return dict(zip(names, row, strict=True))
+
+
+def test_a_routine_load_job_is_shown_paused_resumed_and_stopped_through_any_server(deployment: Deployment) -> None:
+    """A job created through a runs on a; b lists it and pauses, resumes and stops it, and a's consumer follows
+    (Doris: any FE answers for any job)."""
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "anyserver")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    kafka = MockKafka()
+    topic = f"any_{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic)
+    a.sql(db, ROUTINE_JOB.replace("rl_a ON routine_a", "rl_any ON t").format(bootstrap=kafka.bootstrap, topic=topic))
+    listed = b.sql(db, "SHOW ROUTINE LOAD")["data"]
+    assert [row[1] for row in listed] == ["rl_any"], listed
+    b.sql(db, "PAUSE ROUTINE LOAD FOR rl_any")
+    for doris in (a, b):
+        job = show_job(doris, db, "rl_any")
+        assert job["State"] == "PAUSED", job
+        assert "User root pauses routine load job" in job["ReasonOfStateChanged"], job
+    assert "Could not transform PAUSED to PAUSED" in a.sql_error(db, "PAUSE ROUTINE LOAD FOR rl_any")
+    time.sleep(1.5)  # a's consumer has seen the pause on its poll (every second) and stopped
+    kafka.produce(topic, [(0, b"1,first")])
+    time.sleep(2.5)  # two batch intervals: a paused job consumes nothing
+    assert a.rows(db, "SELECT k, v FROM t") == []
+    b.sql(db, "RESUME ROUTINE LOAD FOR rl_any")
+    wait_for("the message after the resume", lambda: b.rows(db, "SELECT k, v FROM t") == [[1, "first"]])
+    assert show_job(b, db, "rl_any")["State"] == "RUNNING"
+    b.sql(db, "STOP ROUTINE LOAD FOR rl_any")
+    assert show_job(a, db, "rl_any")["State"] == "STOPPED"
+    assert "Could not transform STOPPED to STOPPED" in a.sql_error(db, "STOP ROUTINE LOAD FOR rl_any")
+
+
 # every case, each request to the next server in turn (`make test-full`: a minute or two)
 @pytest.mark.full
 @pytest.mark.parametrize("case", sorted(DATA.glob("*.json")), ids=lambda p: p.stem)
 def test_every_conformance_case_through_both_servers(deployment: Deployment, case: Path) -> None:
     run_case(case, Alternating([deployment.client(0), deployment.client(1)]))
+
+
+@pytest.mark.full
+def test_a_database_restart_under_both_servers_fails_their_loads_clearly_and_is_survived(
+    deployment: Deployment, postgres: PostgresServer
+) -> None:
+    """PostgreSQL stops under both servers: each answers a load with Doris's INTERNAL_ERROR naming the database,
+    claims nothing, and loads again once it is back, without a restart."""
+    a, b = deployment.client(0), deployment.client(1)
+    db = new_db(a, "dbrestart")
+    a.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    postgres.stop()
+    try:
+        for i, doris in enumerate((a, b)):
+            down = doris.stream_load(db, "t", f"{i},down\n", {"column_separator": ",", "label": f"down_{i}"}).json()
+            assert down["Status"] == "Fail", down
+            assert down["Message"].startswith("[INTERNAL_ERROR]catalog database unavailable: "), down
+    finally:
+        postgres.start()
+    for i, doris in enumerate((a, b)):
+        assert deployment.servers[i].label_state(db, f"down_{i}") == "UNKNOWN"  # nothing of it was claimed
+        back = doris.stream_load(db, "t", f"{i},back\n", {"column_separator": ",", "label": f"back_{i}"})
+        assert_doris_result(back, loaded=1)
+    for doris in (a, b):
+        assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, "back"], [1, "back"]]
 
 
 def test_a_killed_servers_loads_are_resolved_and_its_duties_taken_over(deployment: Deployment) -> None:

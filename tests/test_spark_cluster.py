@@ -22,6 +22,7 @@ import pytest
 
 from tests.conformance import run_case
 from tests.helpers import DorisClient, assert_doris_result
+from tests.kafka_mock import MockKafka
 from tests.server_process import ServerProcess
 from tests.spark_cluster import SparkCluster, can_run_cluster
 from tests.test_conformance import CASES
@@ -74,6 +75,7 @@ def server_env(layout: Layout, master: str) -> dict[str, str]:
         "SL_BROKER_ALLOWED_ROOTS": json.dumps([str(layout.broker)]),
         "SL_COMPACTION_INTERVAL_SECONDS": "0",
         "SL_SPARK_CLUSTER_CHECK_TIMEOUT_SECONDS": str(LOST_AFTER),
+        "SL_ROUTINE_LOAD_MIN_BATCH_ROWS": "1",  # the routine load's batches of 100 rows
     }
 
 
@@ -140,7 +142,8 @@ def big_sequence_body(rows: int) -> bytes:
 
 def scenario(doris: DorisClient, broker: Path) -> dict[str, Any]:
     """Every load path once (big sequence load, partial update, group commit sync and async, JSON, two-phase,
-    schema change, broker load, INSERT, compaction) and the queries whose answers a local run must share."""
+    schema change, broker load, routine load, INSERT, compaction) and the queries whose answers a local run must
+    share."""
     db = new_db(doris)
     answers: dict[str, Any] = {}
     csv = {"column_separator": ","}
@@ -218,6 +221,9 @@ def scenario(doris: DorisClient, broker: Path) -> dict[str, Any]:
         time.sleep(0.5)
     answers["broker"] = [state, doris.rows(db, "SELECT count(*), sum(a), count(DISTINCT b) FROM p")]
 
+    # a routine load from a Kafka-protocol broker: MERGE with deletes and a sequence column, batches of 100
+    answers["routine"] = routine_load(doris, db)
+
     # INSERT ... SELECT (Spark writes) and INSERT ... VALUES
     doris.sql(db, "CREATE TABLE i (k INT, v BIGINT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2")
     doris.sql(db, "INSERT INTO i SELECT k, s FROM seq WHERE k % 10 = 0")
@@ -239,6 +245,41 @@ def scenario(doris: DorisClient, broker: Path) -> dict[str, Any]:
         "SELECT p.a % 5 AS g, count(*), sum(seq.s) FROM p JOIN seq ON p.k = seq.k GROUP BY p.a % 5 ORDER BY g",
     )
     return answers
+
+
+def routine_load(doris: DorisClient, db: str) -> list[list[Any]]:
+    """400 messages over the topic's 4 partitions (keys colliding, a quarter deletes) consumed by a job; the
+    table's rows once every message is in."""
+    kafka = MockKafka()
+    topic = f"cluster_{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic)
+    messages = [(i % 4, f"{(i * 37) % 90},v{i},{(i * 7919) % 1000},{int(i % 4 == 3)}".encode()) for i in range(400)]
+    kafka.produce(topic, messages)
+    doris.sql(
+        db,
+        "CREATE TABLE r (k INT, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 2 "
+        'PROPERTIES ("function_column.sequence_type" = "int")',
+    )
+    doris.sql(
+        db,
+        f"""CREATE ROUTINE LOAD {db}.rl ON r WITH MERGE COLUMNS TERMINATED BY ",", COLUMNS(k, v, src_seq, op),
+            DELETE ON op = 1, ORDER BY src_seq
+            PROPERTIES ("max_batch_rows" = "100", "max_batch_interval" = "1")
+            FROM KAFKA ("kafka_broker_list" = "{kafka.bootstrap}", "kafka_topic" = "{topic}",
+                        "property.kafka_default_offsets" = "OFFSET_BEGINNING")""",
+    )
+    deadline = time.monotonic() + 180
+    while True:
+        data = doris.sql(db, "SHOW ROUTINE LOAD FOR rl")
+        job = dict(zip([m["name"] for m in data["meta"]], data["data"][0], strict=True))
+        if json.loads(job["Statistic"])["totalRows"] == len(messages):
+            break
+        assert job["State"] in ("NEED_SCHEDULE", "RUNNING") and time.monotonic() < deadline, job
+        time.sleep(0.5)
+    doris.sql(db, "STOP ROUTINE LOAD FOR rl")
+    return doris.rows(db, "SELECT count(*), sum(k), min(v), max(v) FROM r") + doris.rows(
+        db, "SELECT k, v FROM r WHERE k < 10 ORDER BY k"
+    )
 
 
 @pytest.fixture(scope="module")

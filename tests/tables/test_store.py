@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tables.accounts import AccountStore, Identity, Priv, Scope
-from tables.errors import AlreadyExists, LabelAlreadyExists, StoreUnavailable
+from tables.accounts import AccountStore, Identity, Priv, Scope, SharedLoginThrottle
+from tables.errors import AlreadyExists, LabelAlreadyExists, NotAuthorized, StoreUnavailable
 from tables.load_jobs import FINISHED, LOADING, PENDING, LoadJobStore
-from tables.routine_load import STORE_FORMAT, BatchCounts, JobState, RoutineLoadSpec, RoutineLoadStore
+from tables.routine_load import STORE_FORMAT, BatchCounts, JobState, RoutineLoadJob, RoutineLoadSpec, RoutineLoadStore
 from tables.store import Store
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore
 from tests.postgres import PostgresServer
@@ -195,6 +195,62 @@ def test_two_servers_claiming_the_same_labels_from_eight_threads(shared: str) ->
         assert held is not None and held.txn_id == txn_id
     for txns in servers:
         txns.store.close()
+
+
+def _set(job: RoutineLoadJob, state: JobState) -> bool:
+    job.state = state
+    return True
+
+
+def test_a_routine_load_job_changed_from_two_servers_at_once_loses_no_change(shared: str) -> None:
+    """One server folds batches into a job while another pauses and resumes it: every change is a locked
+    read-modify-write, so none is lost and the revision counts them all."""
+    servers = [RoutineLoadStore(Store(shared)), RoutineLoadStore(Store(shared))]
+    job = servers[0].create(RoutineLoadSpec(name="job", db="db", table="t", broker_list="h:9092", topic="x"))
+    start = threading.Barrier(8)
+
+    def count_one(stored: RoutineLoadJob) -> bool:
+        stored.statistic.total_rows += 1
+        return True
+
+    def batches(n: int) -> None:
+        start.wait()
+        for _ in range(10):
+            servers[n % 2].update(job.id, count_one)
+
+    def statements(n: int) -> None:
+        start.wait()
+        for i in range(10):
+            state = JobState.PAUSED if i % 2 == 0 else JobState.NEED_SCHEDULE
+            servers[n % 2].update(job.id, lambda stored, state=state: _set(stored, state))
+
+    threads = [threading.Thread(target=batches if n < 6 else statements, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (stored,) = servers[1].all()
+    assert (stored.statistic.total_rows, stored.revision, stored.state) == (60, 80, JobState.NEED_SCHEDULE)
+    assert servers[0].update(job.id, lambda stored: False).revision == 80  # nothing written: no new revision
+    for jobs in servers:
+        jobs.store.close()
+
+
+def test_failed_logins_on_two_servers_count_together(shared: str) -> None:
+    one, other = (SharedLoginThrottle(3, 60, store=Store(shared)) for _ in range(2))
+    one.failed("10.0.0.1")
+    other.failed("10.0.0.1")
+    one.check("u", "10.0.0.1")  # two failures: not yet
+    other.failed("10.0.0.1")
+    for throttle in (one, other):
+        with pytest.raises(NotAuthorized, match="due to 3 consecutive failed logins"):
+            throttle.check("u", "10.0.0.1")
+    one.check("u", "10.0.0.2")  # another address is not counted
+    other.succeeded("10.0.0.1")  # a success anywhere clears the count everywhere
+    one.check("u", "10.0.0.1")
+    for throttle in (one, other):
+        assert throttle.store is not None
+        throttle.store.close()
 
 
 def test_a_commit_on_one_server_and_an_abort_on_another_cannot_both_win(shared: str) -> None:
