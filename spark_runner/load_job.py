@@ -177,7 +177,7 @@ def inline_fields(
     ]
     table = split.add_column(0, POS, pos)
     inline = spark.createDataFrame(table, schema=T.StructType(fields))
-    return small_rowset.mark_small(_split_fields_source(inline, dialect, POS))
+    return small_rowset.mark_small(_split_fields_source(inline, dialect, POS), rows=split.num_rows)
 
 
 def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame | None:
@@ -333,7 +333,8 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         for i, row in enumerate(rows)
     ]
     frame = spark.createDataFrame(data, schema)
-    return small_rowset.mark_small(frame) if len(rows) <= plan.request.limits.csv_inline_max_lines else frame
+    small = len(rows) <= plan.request.limits.csv_inline_max_lines
+    return small_rowset.mark_small(frame, rows=len(rows)) if small else frame
 
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
@@ -708,7 +709,9 @@ def run_load_job(
     good = good.selectExpr(*[q(c) for c in kept])
     # a partial update that keeps the stored sequence orders its own rows by position only
     seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
-    good = merge_rows(good, table, POS, sequence=seq)
+    lines = small_rowset.known_rows(source)
+    if lines is None or lines > 1:  # one row (or none) the merge returns as it is: its aggregate and sort are
+        good = merge_rows(good, table, POS, sequence=seq)  # most of the Spark work of a one-row load
     stored_rows: DataFrame | None = None
     if stored is not None and table.positional and small_rowset.is_small(source):
         wanted = keys_of_batch(good, table)

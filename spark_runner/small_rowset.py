@@ -26,16 +26,25 @@ if TYPE_CHECKING:
 
 FIELD_ID = b"PARQUET:field_id"
 _MARK = "_sl_small_source"
+_ROWS = "_sl_source_rows"
 
 
-def mark_small(source: DataFrame) -> DataFrame:
-    """Mark a load source as small (an inline relation of a few rows): its rowset may take `write_collected`."""
+def mark_small(source: DataFrame, rows: int | None = None) -> DataFrame:
+    """Mark a load source as small (an inline relation of a few rows): its rowset may take `write_collected`.
+    `rows`: how many rows it holds, when the server built it and knows."""
     setattr(source, _MARK, True)
+    setattr(source, _ROWS, rows)
     return source
 
 
 def is_small(source: DataFrame) -> bool:
     return bool(getattr(source, _MARK, False))
+
+
+def known_rows(source: DataFrame) -> int | None:
+    """The rows of a small source the server built, if it knows them (`mark_small`)."""
+    rows = getattr(source, _ROWS, None)
+    return rows if isinstance(rows, int) else None
 
 
 def write_collected(
