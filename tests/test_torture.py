@@ -144,3 +144,39 @@ def test_the_checker_finds_a_fault_load_that_became_visible_or_kept_its_label() 
     problems = check_cycle([*ops, gone], observed)
     assert any("gone (disconnect) was refused or aborted and is visible" in p for p in problems), problems
     assert any("gone kept its label PREPARE" in p for p in problems), problems
+
+
+def test_the_checker_judges_a_load_whose_reply_was_never_read_by_its_retry() -> None:
+    """--fault reply: a retry answering Success or Label Already Exists FINISHED means the load must be there
+    once; a retry that found it RUNNING leaves either outcome open."""
+    ops, observed = _history()
+    gone = _load("gone", "useq", "reply", [{"k": 7, "v": 1, "s": 0, "op": "gone"}], reply=False)
+    gone["retry_reply"] = {"Status": "Label Already Exists", "ExistingJobStatus": "FINISHED"}
+    observed.label_states["gone"] = "UNKNOWN"
+    problems = check_cycle([*ops, gone], observed)
+    assert any("gone (reply) was acknowledged and is not visible" in p for p in problems), problems
+    gone["retry_reply"] = {"Status": "Label Already Exists", "ExistingJobStatus": "RUNNING"}
+    assert check_cycle([*ops, gone], observed) == []
+    observed.units["useq"].append(Unit(5, "gone", 15))
+    observed.rows["useq"] = model_rows("useq", [*ops[:3], gone])
+    observed.label_states["gone"] = "VISIBLE"
+    assert check_cycle([*ops, gone], observed) == []
+
+
+@pytest.mark.process
+@pytest.mark.full
+@pytest.mark.parametrize("fault", ["jvm", "reply", "commit"])
+def test_a_fault_cycle_passes_every_check(tmp_path: Path, fault: str) -> None:
+    """One cycle with the JVM killed alone, with a client that never reads its replies, and with the kill right
+    after a commit (the paused load is committed and unanswered: it must be VISIBLE after the restart)."""
+    total = run(tmp_path / "torture", cycles=1, seconds=3600, cycle_seconds=15, seed=29, fault=fault)
+    result = total["results"][0]
+    assert result["ok"], json.dumps(result, indent=1)
+    assert total["orphan_files"] == []
+    if fault == "commit":
+        assert result["paused_after_commit"] and result["unanswered_visible"] >= 1, result
+    if fault == "reply":
+        history = [json.loads(line) for line in Path(result["history"]).read_text().splitlines()[1:-1]]
+        retried = [op for op in history if op["kind"] == "reply" and op.get("retry_reply")]
+        assert retried, "no load of the reply client was retried"
+    print(f"torture --fault {fault}:", {k: v for k, v in result.items() if k != "history"})
