@@ -169,7 +169,7 @@ def test_the_checker_judges_a_load_whose_reply_was_never_read_by_its_retry() -> 
 def test_a_fault_cycle_passes_every_check(tmp_path: Path, fault: str) -> None:
     """One cycle with the JVM killed alone, with a client that never reads its replies, and with the kill right
     after a commit (the paused load is committed and unanswered: it must be VISIBLE after the restart)."""
-    total = run(tmp_path / "torture", cycles=1, seconds=3600, cycle_seconds=15, seed=29, fault=fault)
+    total = run(tmp_path / "torture", cycles=1, seconds=3600, cycle_seconds=20, seed=20, fault=fault)  # kill: 17 s
     result = total["results"][0]
     assert result["ok"], json.dumps(result, indent=1)
     assert total["orphan_files"] == []

@@ -2,7 +2,9 @@
 
     python tools/torture.py --cycles 10 --seconds 1800 [--cycle-seconds 30] [--workdir /tmp/sl-torture]
     python tools/torture.py --replay /tmp/sl-torture/histories/cycle-0007.jsonl
-    python tools/torture.py --cycles 5 --fault disconnect    (or slow: one more client, see FAULTS)
+    python tools/torture.py --cycles 5 --fault disconnect    (slow, reply, jvm, commit: see FAULTS)
+    python tools/torture.py --soak 1800 --cycle-seconds 60   (no kills: rounds checked, resources sampled)
+    python tools/torture.py --servers 2 --cycles 5           (two servers on one PostgreSQL database)
 
 One cycle, on the embedded default store, loopback only:
 
@@ -57,7 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.aggregate_model import aggregate  # noqa: E402
-from tests.server_process import ServerProcess  # noqa: E402
+from tests.server_process import ServerProcess, default_command  # noqa: E402
 from tests.unique_model import DELETE_SIGN, UniqueModel  # noqa: E402
 
 AUTH = ("root", "")
@@ -116,6 +118,7 @@ BODY_FAULTS = ("disconnect", "slow")
 FAULTS = (*BODY_FAULTS, "reply", "jvm", "commit")
 CLIENT_FAULTS = (*BODY_FAULTS, "reply")
 SQL_KINDS = ("insert", "delete")
+POSTGRES_LEASE_SECONDS = 6  # --servers 2: a survivor takes a dead server's loads over within this
 SERVER_ENV = {
     # keep every snapshot of a cycle (the version order is read from them) and run background compaction
     "SL_SNAPSHOT_KEEP_COUNT": "100000",
@@ -267,6 +270,8 @@ class Cycle:
     compactions: int = 0
     recovery_seconds: float = 0.0
     paused: bool = False  # --fault commit: a load paused after its commit before the kill
+    peers: list[ServerProcess] = field(default_factory=list)  # --servers 2: the other server(s), same store
+    killed: list[int] = field(default_factory=list)  # which servers the kill took (0: `server`, 1..: peers)
     problems: list[str] = field(default_factory=list)
 
     def header(self) -> dict[str, Any]:
@@ -277,6 +282,8 @@ class Cycle:
             "kill_offset": round(self.kill_offset, 3),
             "fault": self.fault,
             "db": self.db,
+            "servers": 1 + len(self.peers),
+            "killed": self.killed,
         }
 
 
@@ -320,12 +327,13 @@ def reader_loop(base_url: str, cycle: Cycle, stop: threading.Event) -> None:
 
 def warm_up(server: ServerProcess) -> None:
     """One load of each table kind in a scratch database: the first Spark jobs of a new JVM are slow, and a
-    kill early in the first cycle would otherwise meet only the first loads."""
+    kill early in the first cycle would otherwise meet only the first loads. Its tables have names of their
+    own (`warm_useq`, ...): the pause points of --fault commit are armed by table name."""
     db = "torture_warm_up"
     server.sql(db, f"CREATE DATABASE IF NOT EXISTS {db}")
     for table, ddl in TABLES.items():
-        server.sql(db, ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE IF NOT EXISTS {table}"))
-        server.load(db, table, _csv([{"k": 1}], ["k"]), columns="k")
+        server.sql(db, ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE IF NOT EXISTS warm_{table}"))
+        server.load(db, f"warm_{table}", _csv([{"k": 1}], ["k"]), columns="k")
 
 
 def fault_loop(server: ServerProcess, cycle: Cycle, stop: threading.Event, clock: Any) -> None:
@@ -394,8 +402,11 @@ def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> N
         return round(time.monotonic() - started, 3)
 
     stop = threading.Event()
+    everyone = [server, *cycle.peers]  # writers spread over the servers
     threads = [
-        threading.Thread(target=writer_loop, args=(server.base_url, cycle, w, stop, clock), daemon=True)
+        threading.Thread(
+            target=writer_loop, args=(everyone[w % len(everyone)].base_url, cycle, w, stop, clock), daemon=True
+        )
         for w in range(WRITERS)
     ]
     threads.append(threading.Thread(target=reader_loop, args=(server.base_url, cycle, stop), daemon=True))
@@ -413,23 +424,29 @@ def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> N
         kill = False
     stop.set()  # no new operation starts; those in flight meet the kill (or, in a soak, finish)
     if kill:
-        server.kill()
+        if cycle.peers:  # one server or all of them
+            which = random.Random(f"{cycle.seed}:kill").choice([*range(len(everyone)), -1])
+            cycle.killed = list(range(len(everyone))) if which == -1 else [which]
+        else:
+            cycle.killed = [0]
+        for i in cycle.killed:
+            everyone[i].kill()
     for t in threads:
         t.join(timeout=150)
 
 
 def wait_for_pause(server: ServerProcess, cycle: Cycle, started: float) -> None:
-    """--fault commit: the kill comes 0-0.3 s after a load paused right after its commit (at the window's end
-    when none did); the kill offset is the instant chosen."""
+    """--fault commit: the kill comes 0-0.3 s after a load paused right after its commit (after the window and
+    a minute more when none did); the kill offset is the instant chosen."""
     rng = random.Random(f"{cycle.seed}:commit")
-    deadline = started + cycle.seconds
+    deadline = started + cycle.seconds + 60
     while time.monotonic() < deadline:
         if "paused at after_commit" in server.log_text()[server.log_offset :]:
             cycle.paused = True
             cycle.kill_offset = time.monotonic() - started + rng.uniform(0.0, 0.3)
             return
         time.sleep(0.05)
-    cycle.kill_offset = cycle.seconds
+    cycle.kill_offset = time.monotonic() - started
 
 
 def jvm_pids(server: ServerProcess) -> list[int]:
@@ -721,9 +738,19 @@ def check_cycle(ops: list[dict[str, Any]], observed: Observed, stats: dict[str, 
     return problems
 
 
+def server_settings(server: ServerProcess) -> Any:
+    """The settings the server process runs with (its data dir, and a PostgreSQL catalog and shared dir)."""
+    from app.settings import Settings
+
+    return Settings(
+        data_dir=server.data_dir,
+        catalog_uri=server.env.get("SL_CATALOG_URI"),
+        shared_dir=server.env.get("SL_SHARED_DIR"),
+    )
+
+
 def observe(server: ServerProcess, cycle: Cycle, timeout: float = 120) -> Observed:
     """Resolve what the kill left PRECOMMITTED, wait for acknowledged async loads, read tables and snapshots."""
-    from app.settings import Settings
     from tables.catalog import Catalog
 
     resolved: dict[str, str] = {}
@@ -745,7 +772,7 @@ def observe(server: ServerProcess, cycle: Cycle, timeout: float = 120) -> Observ
                 resolved[op["label"]] = how
         elif op.get("finish") == "leave" and succeeded(op):
             cycle.problems.append(f"{op['id']}: left PRECOMMITTED, after the restart its label is {state}")
-    settings = Settings(data_dir=server.data_dir)
+    settings = server_settings(server)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     acked_async = {op["reply"]["TxnId"] for op in cycle.ops if op["kind"] == "gc_async" and succeeded(op)}
     deadline = time.monotonic() + timeout
@@ -776,7 +803,12 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
     stats: dict[str, int] = {}
     started = time.monotonic()
     if cycle.fault != "jvm":  # the JVM's replacement time is its recovery time
-        server.start(timeout=300, **server_env(cycle.fault))
+        everyone = [server, *cycle.peers]
+        if len(cycle.killed) < len(everyone):  # a survivor: it takes the dead server's loads over first
+            time.sleep(2 * float(cycle.peers[0].env.get("SL_LEASE_SECONDS", 30)))
+            started = time.monotonic()
+        for i in cycle.killed:
+            everyone[i].start(timeout=300, **server_env(cycle.fault))
         cycle.recovery_seconds = round(time.monotonic() - started, 2)
     note(
         f"cycle {cycle.number}: {len(cycle.ops)} operations, killed at {cycle.kill_offset:.1f} s, "
@@ -823,16 +855,18 @@ def note(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def orphan_files(data_dir: Path) -> list[str]:
-    """Maintenance with no grace period (the server stopped), then every rowset file no snapshot references."""
-    from app.settings import Settings
+def orphan_files(servers: list[ServerProcess]) -> list[str]:
+    """Maintenance with no grace period (the servers stopped), then every rowset file no snapshot references
+    and every staged file."""
     from tables.catalog import Catalog
     from tables.maintenance import referenced_files, run_maintenance
+    from tables.store import Store
     from tables.transactions import TransactionStore
 
-    settings = Settings(data_dir=data_dir)
+    settings = server_settings(servers[0])
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
-    txns = TransactionStore(settings.resolved_data_dir / "transactions.db")
+    store = Store(settings.resolved_store_uri)
+    txns = TransactionStore(store)
     try:
         run_maintenance(catalog, txns, staging=settings.staging_dir, grace_seconds=0, snapshot_keep_seconds=864000)
         left = []
@@ -843,10 +877,13 @@ def orphan_files(data_dir: Path) -> list[str]:
             for path in (handle.location / "data").glob("txn_*/*"):
                 if not path.name.startswith(".") and str(path.resolve()) not in referenced:
                     left.append(str(path))
-        left += [str(p) for p in settings.staging_dir.glob("*")] if settings.staging_dir.is_dir() else []
+        for server in servers:
+            staging = server_settings(server).staging_dir
+            left += [str(p) for p in staging.glob("*")] if staging.is_dir() else []
         return left
     finally:
         txns.close()
+        store.close()
 
 
 def load_state(path: Path) -> dict[str, Any]:
@@ -864,8 +901,10 @@ def run(
     seed: int | None = None,
     replay: Path | None = None,
     fault: str | None = None,
+    servers: int = 1,
 ) -> dict[str, Any]:
-    """Cycles until `cycles` or `seconds` are reached; returns the run's summary (and adds it to state.json)."""
+    """Cycles until `cycles` or `seconds` are reached; returns the run's summary (and adds it to state.json).
+    `servers` > 1: that many servers on one PostgreSQL database and one shared dir (a new database each run)."""
     workdir.mkdir(parents=True, exist_ok=True)
     histories = workdir / "histories"
     histories.mkdir(exist_ok=True)
@@ -877,6 +916,7 @@ def run(
         header = json.loads(replay.read_text().splitlines()[0])
         plans = [(int(header["cycle"]), int(header["seed"]), float(header["seconds"]), float(header["kill_offset"]))]
         fault = header.get("fault")
+        servers = int(header.get("servers", 1))
         histories = workdir / "replays"
         histories.mkdir(exist_ok=True)
     else:
@@ -886,20 +926,43 @@ def run(
         for n in range(first, first + cycles):
             cycle_seed = rng.randrange(2**31)
             plans.append((n, cycle_seed, cycle_seconds, random.Random(cycle_seed).uniform(0, cycle_seconds)))
-    server = ServerProcess(data_dir, workdir / "server.log")
+    postgres = None
+    if servers > 1:
+        from tests.postgres import PostgresServer
+
+        shutil.rmtree(workdir / "postgres", ignore_errors=True)
+        (workdir / "postgres").mkdir()
+        postgres = PostgresServer(workdir / "postgres").start()
+        uri = postgres.create_database()
+        shared = data_dir / "shared"
+        shutil.rmtree(shared, ignore_errors=True)
+        env = {
+            "SL_CATALOG_URI": uri,
+            "SL_SHARED_DIR": str(shared),
+            "SL_SPARK_MASTER": "local[1]",
+            "SL_LEASE_SECONDS": str(POSTGRES_LEASE_SECONDS),
+        }
+        everyone = [
+            ServerProcess(data_dir / f"server-{i}", workdir / f"server-{i}.log", default_command, **env)
+            for i in range(servers)
+        ]
+    else:
+        everyone = [ServerProcess(data_dir, workdir / "server.log")]
+    server, peers = everyone[0], everyone[1:]
     run_started = time.monotonic()
     started = time.monotonic()
-    server.start(timeout=300, **server_env(fault))
-    note(f"server started in {time.monotonic() - started:.1f} s")
-    if fault != "commit":  # the warm-up's loads would meet the pause points
-        warm_up(server)
-        note("warmed up")
+    for each in everyone:
+        each.start(timeout=300, **server_env(fault))
+    note(f"{len(everyone)} server(s) started in {time.monotonic() - started:.1f} s")
+    for each in everyone:
+        warm_up(each)
+    note("warmed up")
     results: list[dict[str, Any]] = []
     try:
         for number, cycle_seed, window, kill_offset in plans:
             if results and time.monotonic() - run_started > seconds:
                 break
-            cycle = Cycle(number, cycle_seed, window, kill_offset, fault)
+            cycle = Cycle(number, cycle_seed, window, kill_offset, fault, peers=peers)
             summary = run_cycle(server, cycle, histories)
             results.append(summary)
             print(json.dumps(summary), flush=True)
@@ -908,8 +971,13 @@ def run(
                 state["failed_cycles"] = int(state["failed_cycles"]) + (0 if summary["ok"] else 1)
                 state_path.write_text(json.dumps(state, indent=1))
     finally:
-        server.kill()
-    orphans = orphan_files(data_dir)
+        for each in everyone:
+            each.kill()
+    try:
+        orphans = orphan_files(everyone)
+    finally:
+        if postgres is not None:
+            postgres.close()
     note(f"maintenance done, {len(orphans)} orphan files")
     recovery = [r["recovery_seconds"] for r in results]
     total = {
@@ -953,7 +1021,6 @@ def _proc_status(pid: int) -> dict[str, int]:
 def sample(server: ServerProcess, started: float) -> dict[str, Any]:
     """The server's Python process and its JVM (RSS, threads, open files), its staged files, every table's
     snapshots and the rowsets its current snapshot holds (largest per table), and the warehouse's data files."""
-    from app.settings import Settings
     from tables.catalog import Catalog
 
     assert server.proc is not None
@@ -961,7 +1028,7 @@ def sample(server: ServerProcess, started: float) -> dict[str, Any]:
     out["python"] = _proc_status(server.proc.pid)
     jvms = [pid for pid in server.children() if "java" in Path(f"/proc/{pid}/cmdline").read_bytes().decode()]
     out["jvm"] = _proc_status(jvms[0]) if jvms else {}
-    settings = Settings(data_dir=server.data_dir)
+    settings = server_settings(server)
     staging = settings.staging_dir
     out["staged_files"] = len(list(staging.iterdir())) if staging.is_dir() else 0
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
@@ -1092,6 +1159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: random)")
     parser.add_argument("--replay", type=Path, default=None, help="rerun the cycle of this history file")
     parser.add_argument("--fault", choices=FAULTS, default=None, help="add a client injecting this fault")
+    parser.add_argument("--servers", type=int, default=1, help="2: two servers on one PostgreSQL database")
     parser.add_argument("--soak", type=float, default=None, help="no kills: rounds of --cycle-seconds for SOAK s")
     args = parser.parse_args(argv)
     if args.soak:
@@ -1107,6 +1175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         replay=args.replay,
         fault=args.fault,
+        servers=args.servers,
     )
     print(json.dumps({k: v for k, v in total.items() if k != "results"}, indent=1))
     return 1 if total["failed"] or total["orphan_files"] else 0
