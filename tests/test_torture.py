@@ -180,3 +180,20 @@ def test_a_fault_cycle_passes_every_check(tmp_path: Path, fault: str) -> None:
         retried = [op for op in history if op["kind"] == "reply" and op.get("retry_reply")]
         assert retried, "no load of the reply client was retried"
     print(f"torture --fault {fault}:", {k: v for k, v in result.items() if k != "history"})
+
+
+@pytest.mark.process
+@pytest.mark.full
+def test_a_kill_cycle_of_two_servers_on_postgresql_passes_every_check(tmp_path: Path) -> None:
+    """--servers 2: two servers on one PostgreSQL database and one shared dir; the kill takes one or both."""
+    from tests.postgres import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    total = run(tmp_path / "torture", cycles=2, seconds=3600, cycle_seconds=25, seed=20, servers=2)
+    for result in total["results"]:
+        assert result["ok"], json.dumps(result, indent=1)
+    assert total["orphan_files"] == []
+    header = json.loads(Path(total["results"][0]["history"]).read_text().splitlines()[0])
+    assert header["servers"] == 2 and header["killed"], header

@@ -928,11 +928,9 @@ def run(
             plans.append((n, cycle_seed, cycle_seconds, random.Random(cycle_seed).uniform(0, cycle_seconds)))
     postgres = None
     if servers > 1:
-        from tests.postgres import PostgresServer
+        from tests.postgres import start_postgres
 
-        shutil.rmtree(workdir / "postgres", ignore_errors=True)
-        (workdir / "postgres").mkdir()
-        postgres = PostgresServer(workdir / "postgres").start()
+        postgres = start_postgres()  # in a dir of its own under /tmp (the postgres user must enter it)
         uri = postgres.create_database()
         shared = data_dir / "shared"
         shutil.rmtree(shared, ignore_errors=True)
