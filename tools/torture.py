@@ -397,6 +397,7 @@ def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> N
     for ddl in TABLES.values():
         server.sql(cycle.db, ddl)
     started = time.monotonic()
+    log_from = len(server.log_text())
 
     def clock() -> float:
         return round(time.monotonic() - started, 3)
@@ -416,7 +417,7 @@ def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> N
     for t in threads:
         t.start()
     if cycle.fault == "commit":
-        wait_for_pause(server, cycle, started)
+        wait_for_pause(server, cycle, started, log_from)
     time.sleep(max(0.0, cycle.kill_offset - (time.monotonic() - started)))
     if cycle.fault == "jvm":
         cycle.recovery_seconds = kill_jvm(server, cycle)
@@ -435,13 +436,13 @@ def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> N
         t.join(timeout=150)
 
 
-def wait_for_pause(server: ServerProcess, cycle: Cycle, started: float) -> None:
+def wait_for_pause(server: ServerProcess, cycle: Cycle, started: float, log_from: int) -> None:
     """--fault commit: the kill comes 0-0.3 s after a load paused right after its commit (after the window and
     a minute more when none did); the kill offset is the instant chosen."""
     rng = random.Random(f"{cycle.seed}:commit")
     deadline = started + cycle.seconds + 60
     while time.monotonic() < deadline:
-        if "paused at after_commit" in server.log_text()[server.log_offset :]:
+        if "paused at after_commit" in server.log_text()[log_from:]:
             cycle.paused = True
             cycle.kill_offset = time.monotonic() - started + rng.uniform(0.0, 0.3)
             return
@@ -807,8 +808,8 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
         if len(cycle.killed) < len(everyone):  # a survivor: it takes the dead server's loads over first
             time.sleep(2 * float(cycle.peers[0].env.get("SL_LEASE_SECONDS", 30)))
             started = time.monotonic()
-        for i in cycle.killed:
-            everyone[i].start(timeout=300, **server_env(cycle.fault))
+        for i in cycle.killed:  # no pause point armed: the check commits what the kill left PRECOMMITTED
+            everyone[i].start(timeout=300, **server_env(None if cycle.fault == "commit" else cycle.fault))
         cycle.recovery_seconds = round(time.monotonic() - started, 2)
     note(
         f"cycle {cycle.number}: {len(cycle.ops)} operations, killed at {cycle.kill_offset:.1f} s, "
@@ -829,6 +830,10 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
                 "FINISHED",
             ):
                 cycle.problems.append(f"{op['id']}: its retry answered {retry}")
+    if cycle.fault == "commit":  # armed again for the next cycle
+        for each in [server, *cycle.peers]:
+            each.kill()
+            each.start(timeout=300, **server_env(cycle.fault))
     summary = {
         "cycle": cycle.number,
         "ok": not cycle.problems,
