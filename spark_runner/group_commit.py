@@ -659,7 +659,7 @@ class GroupCommitter:
             member.index = index
             os.link(member.path, directory / f"{index:06d}.dat")
         load_bytes = sum(m.load_bytes for m in batch)
-        context = self.loads.spark.sparkContext
+        context: SparkContext | None = None
         job_group = f"group_commit_{group_txn}"
         started = time.monotonic()
         failed: dict[int, LoadResult] = {}
@@ -668,6 +668,8 @@ class GroupCommitter:
         outcome: JobOutcome | None = None
         per_load: list[LoadCounts] = []
         try:
+            # no JVM (being replaced): ServiceUnavailable, in here so that acknowledged members are retried
+            context = self.loads.spark.sparkContext
             with self.loads.writer.write(
                 req.db,
                 first.plan.table.name,
@@ -746,11 +748,13 @@ class GroupCommitter:
             member.path.unlink(missing_ok=True)
             member.future.set_result(result)
 
-    def _count_group(self, loads: int, context: SparkContext, job_group: str) -> None:
+    def _count_group(self, loads: int, context: SparkContext | None, job_group: str) -> None:
         """Count a group, its loads and its Spark jobs (those of its job group: the job, and an error log's)."""
         try:
-            jobs = len(context.statusTracker().getJobIdsForGroup(job_group))
-            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            jobs = 0
+            if context is not None:  # None: the group failed for want of a JVM
+                jobs = len(context.statusTracker().getJobIdsForGroup(job_group))
+                context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         except Exception:  # the JVM went away under the group: its failure is reported elsewhere
             jobs = 0
         with self._guard:

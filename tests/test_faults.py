@@ -1,13 +1,14 @@
 """Injected faults (issue 23) against a server in a process of its own: a client that vanishes mid-body leaves
-nothing staged and its label free; a client sending one byte per second does not hold up the others; a disk that
-fills up while a body is staged fails that load with a clear error, leaves nothing half written, and the server
-loads again once space is back."""
+nothing staged and its label free; one gone before its reply leaves its load whole, and a retry finds its label;
+a client sending one byte per second does not hold up the others; a disk that fills up while a body is staged
+fails that load with a clear error, leaves nothing half written, and the server loads again once space is back."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -76,6 +77,41 @@ def test_a_client_vanishing_mid_body_leaves_nothing_staged_and_frees_its_label(s
     assert server.sql(DB, "SELECT count(*) FROM vanish")["data"] == [[0]]
     again = server.load(DB, "vanish", b"1,again\n", label=label)
     assert again["Status"] == "Success" and again["NumberLoadedRows"] == 1, again
+
+
+def test_a_client_gone_before_its_reply_leaves_its_load_whole_and_a_retry_finds_its_label(
+    server: ServerProcess,
+) -> None:
+    """The whole body sent, the connection reset before the reply is read: the load is all there with its label
+    VISIBLE or not at all; the same load again answers Label Already Exists with the first one's state."""
+    server.sql(DB, DDL.format(name="noreply"))
+    label = f"noreply_{uuid.uuid4().hex[:8]}"
+    body = b"".join(b"%d,row\n" % i for i in range(1000))
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    head = [
+        f"PUT /api/{DB}/noreply/_stream_load HTTP/1.1",
+        f"Host: 127.0.0.1:{server.port}",
+        "Authorization: Basic cm9vdDo=",
+        "column_separator: ,",
+        f"label: {label}",
+        f"Content-Length: {len(body)}",
+        "",
+        "",
+    ]
+    sock.sendall("\r\n".join(head).encode() + body)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # a reset, the reply never read
+    wait_until(lambda: server.label_state(DB, label) not in ("PREPARE", "COMMITTED"), "the load never finished")
+    state = server.label_state(DB, label)
+    count = server.sql(DB, "SELECT count(*) FROM noreply")["data"]
+    assert (state, count) in (("VISIBLE", [[1000]]), ("UNKNOWN", [[0]]), ("ABORTED", [[0]])), (state, count)
+    again = server.load(DB, "noreply", body, label=label)
+    if state == "VISIBLE":
+        assert again["Status"] == "Label Already Exists" and again["ExistingJobStatus"] == "FINISHED", again
+    else:
+        assert again["Status"] == "Success", again
+    assert server.sql(DB, "SELECT count(*) FROM noreply")["data"] == [[1000]]
+    assert server.label_state(DB, label) == "VISIBLE"
 
 
 def test_a_client_sending_one_byte_per_second_does_not_hold_up_the_others(server: ServerProcess) -> None:
@@ -150,5 +186,33 @@ def test_a_full_disk_while_staging_fails_the_load_and_the_server_loads_once_spac
         again = proc.load(DB, "t", body, label="full")
         assert again["Status"] == "Success" and again["NumberLoadedRows"] == 100000, again
         assert proc.sql(DB, "SELECT count(*) FROM t")["data"] == [[100000]]
+    finally:
+        proc.kill()
+
+
+def test_an_async_load_whose_group_lost_its_jvm_commits_on_the_new_jvm_without_a_restart(tmp_path: Path) -> None:
+    """The JVM killed alone under an acknowledged async group-commit load (issue 23, found by `tools/torture.py
+    --fault jvm`): its replays while no JVM runs fail for want of one and are tried again, so the load becomes
+    visible on the new JVM. It used to wait in the WAL for the next start of the server."""
+    proc = ServerProcess(tmp_path / "data", tmp_path / "server.log")
+    proc.start(SL_GROUP_COMMIT_INTERVAL_MS="20")
+    try:
+        proc.sql(DB, f"CREATE DATABASE {DB}")
+        proc.sql(DB, DDL.format(name="async"))
+        body = b"".join(b"%d,%s\n" % (i, b"v" * 40) for i in range(200000))
+        reply = proc.load(DB, "async", body, group_commit="async_mode")
+        assert reply["Status"] == "Success" and reply["GroupCommit"], reply
+        jvms = [pid for pid in proc.children() if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert jvms
+        for pid in jvms:
+            os.kill(pid, 9)  # while its group runs (or is about to)
+        proc.wait_for_log(["starting a new Spark session"], timeout=60)
+        proc.wait_for_log(["new Spark session ready"], timeout=240)
+        wait_until(
+            lambda: proc.sql(DB, "SELECT count(*) FROM async")["data"] == [[200000]],
+            "the acknowledged async load never became visible",
+            timeout=90,
+        )
+        assert proc.label_state(DB, reply["Label"]) == "VISIBLE"
     finally:
         proc.kill()

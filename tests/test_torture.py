@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tools.torture import Observed, Unit, check_cycle, model_rows, plan_op, run
+from tools.torture import Observed, Unit, check_cycle, model_rows, plan_op, run, soak
 
 
 def _load(op_id: str, table: str, kind: str, rows: list[dict[str, Any]], *, reply: bool = True) -> dict[str, Any]:
@@ -144,3 +144,69 @@ def test_the_checker_finds_a_fault_load_that_became_visible_or_kept_its_label() 
     problems = check_cycle([*ops, gone], observed)
     assert any("gone (disconnect) was refused or aborted and is visible" in p for p in problems), problems
     assert any("gone kept its label PREPARE" in p for p in problems), problems
+
+
+def test_the_checker_judges_a_load_whose_reply_was_never_read_by_its_retry() -> None:
+    """--fault reply: a retry answering Success or Label Already Exists FINISHED means the load must be there
+    once; a retry that found it RUNNING leaves either outcome open."""
+    ops, observed = _history()
+    gone = _load("gone", "useq", "reply", [{"k": 7, "v": 1, "s": 0, "op": "gone"}], reply=False)
+    gone["retry_reply"] = {"Status": "Label Already Exists", "ExistingJobStatus": "FINISHED"}
+    observed.label_states["gone"] = "UNKNOWN"
+    problems = check_cycle([*ops, gone], observed)
+    assert any("gone (reply) was acknowledged and is not visible" in p for p in problems), problems
+    gone["retry_reply"] = {"Status": "Label Already Exists", "ExistingJobStatus": "RUNNING"}
+    assert check_cycle([*ops, gone], observed) == []
+    observed.units["useq"].append(Unit(5, "gone", 15))
+    observed.rows["useq"] = model_rows("useq", [*ops[:3], gone])
+    observed.label_states["gone"] = "VISIBLE"
+    assert check_cycle([*ops, gone], observed) == []
+
+
+@pytest.mark.process
+@pytest.mark.full
+@pytest.mark.parametrize("fault", ["jvm", "reply", "commit"])
+def test_a_fault_cycle_passes_every_check(tmp_path: Path, fault: str) -> None:
+    """One cycle with the JVM killed alone, with a client that never reads its replies, and with the kill right
+    after a commit (the paused load is committed and unanswered: it must be VISIBLE after the restart)."""
+    total = run(tmp_path / "torture", cycles=1, seconds=3600, cycle_seconds=20, seed=20, fault=fault)  # kill: 17 s
+    result = total["results"][0]
+    assert result["ok"], json.dumps(result, indent=1)
+    assert total["orphan_files"] == []
+    if fault == "commit":
+        assert result["paused_after_commit"] and result["unanswered_visible"] >= 1, result
+    if fault == "reply":
+        history = [json.loads(line) for line in Path(result["history"]).read_text().splitlines()[1:-1]]
+        retried = [op for op in history if op["kind"] == "reply" and op.get("retry_reply")]
+        assert retried, "no load of the reply client was retried"
+    print(f"torture --fault {fault}:", {k: v for k, v in result.items() if k != "history"})
+
+
+@pytest.mark.process
+@pytest.mark.full
+def test_a_kill_cycle_of_two_servers_on_postgresql_passes_every_check(tmp_path: Path) -> None:
+    """--servers 2: two servers on one PostgreSQL database and one shared dir; the kill takes one or both."""
+    from tests.postgres import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    total = run(tmp_path / "torture", cycles=2, seconds=3600, cycle_seconds=25, seed=20, servers=2)
+    for result in total["results"]:
+        assert result["ok"], json.dumps(result, indent=1)
+    assert total["orphan_files"] == []
+    header = json.loads(Path(total["results"][0]["history"]).read_text().splitlines()[0])
+    assert header["servers"] == 2 and header["killed"], header
+
+
+@pytest.mark.process
+@pytest.mark.full
+def test_a_short_soak_checks_every_round_and_samples_the_server(tmp_path: Path) -> None:
+    """--soak: rounds without kills, each checked against the model; the resource rules need minutes (the
+    long run is in the issue's closing note), a two-minute soak shows they are measured."""
+    result = soak(tmp_path / "soak", seconds=120, round_seconds=30, seed=5)
+    assert result["rounds"] >= 2 and result["failed_rounds"] == [], result
+    assert result["acknowledged"] > 0
+    end = result["curve"]["end"]
+    assert end["python"]["rss_mb"] > 0 and end["jvm"]["threads"] > 0 and end["jvm"]["fds"] > 0, end
+    assert len(result["samples"]) >= 5

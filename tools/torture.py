@@ -2,7 +2,9 @@
 
     python tools/torture.py --cycles 10 --seconds 1800 [--cycle-seconds 30] [--workdir /tmp/sl-torture]
     python tools/torture.py --replay /tmp/sl-torture/histories/cycle-0007.jsonl
-    python tools/torture.py --cycles 5 --fault disconnect    (or slow: one more client, see FAULTS)
+    python tools/torture.py --cycles 5 --fault disconnect    (slow, reply, jvm, commit: see FAULTS)
+    python tools/torture.py --soak 1800 --cycle-seconds 60   (no kills: rounds checked, resources sampled)
+    python tools/torture.py --servers 2 --cycles 5           (two servers on one PostgreSQL database)
 
 One cycle, on the embedded default store, loopback only:
 
@@ -35,9 +37,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import shutil
+import signal
 import socket
+import statistics
+import struct
 import sys
 import threading
 import time
@@ -53,7 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.aggregate_model import aggregate  # noqa: E402
-from tests.server_process import ServerProcess  # noqa: E402
+from tests.server_process import ServerProcess, default_command  # noqa: E402
 from tests.unique_model import DELETE_SIGN, UniqueModel  # noqa: E402
 
 AUTH = ("root", "")
@@ -101,8 +107,18 @@ GROUP_KINDS = ("gc_sync", "gc_async")
 # --fault NAME: one more client, whose loads never finish their body, so none may ever be visible
 #   disconnect  sends part of a chunked body and closes the connection, again and again
 #   slow        sends one byte per second for the whole cycle (the others must not wait for it)
-FAULTS = ("disconnect", "slow")
+# or one more client whose loads are whole but whose replies are never read
+#   reply       sends a whole body, closes before the reply, then retries the same label: the retry answers
+#               Success (the first left nothing) or Label Already Exists with the first's state
+# or another kill
+#   jvm         SIGKILL of the JVM alone (the Python server lives on and must start a new one); no restart
+#   commit      the kill lands right after an Iceberg commit, before the reply (the test-only pause point
+#               after_commit holds the first load of each table that reaches it)
+BODY_FAULTS = ("disconnect", "slow")
+FAULTS = (*BODY_FAULTS, "reply", "jvm", "commit")
+CLIENT_FAULTS = (*BODY_FAULTS, "reply")
 SQL_KINDS = ("insert", "delete")
+POSTGRES_LEASE_SECONDS = 6  # --servers 2: a survivor takes a dead server's loads over within this
 SERVER_ENV = {
     # keep every snapshot of a cycle (the version order is read from them) and run background compaction
     "SL_SNAPSHOT_KEEP_COUNT": "100000",
@@ -110,6 +126,12 @@ SERVER_ENV = {
     "SL_COMPACTION_INTERVAL_SECONDS": "5",
     "SL_GROUP_COMMIT_INTERVAL_MS": "50",
 }
+
+
+def server_env(fault: str | None) -> dict[str, str]:
+    if fault == "commit":  # the first load of each table to commit a rowset pauses right after its commit
+        return SERVER_ENV | {"SL_PAUSE_AT": ",".join(f"after_commit:{t}:once" for t in TABLES)}
+    return SERVER_ENV
 
 
 # -- the operations ----------------------------------------------------------------------------------------------
@@ -247,6 +269,9 @@ class Cycle:
     reads: int = 0
     compactions: int = 0
     recovery_seconds: float = 0.0
+    paused: bool = False  # --fault commit: a load paused after its commit before the kill
+    peers: list[ServerProcess] = field(default_factory=list)  # --servers 2: the other server(s), same store
+    killed: list[int] = field(default_factory=list)  # which servers the kill took (0: `server`, 1..: peers)
     problems: list[str] = field(default_factory=list)
 
     def header(self) -> dict[str, Any]:
@@ -257,6 +282,8 @@ class Cycle:
             "kill_offset": round(self.kill_offset, 3),
             "fault": self.fault,
             "db": self.db,
+            "servers": 1 + len(self.peers),
+            "killed": self.killed,
         }
 
 
@@ -271,6 +298,8 @@ def writer_loop(base_url: str, cycle: Cycle, writer: int, stop: threading.Event,
             op = plan_op(rng, f"c{cycle.number}w{writer}i{i}", writer, owned, next_owned)
             cycle.ops.append(op)
             perform(http, cycle.db, op, clock)
+            if "SERVICE_UNAVAILABLE" in str(op.get("reply")) or "No backend" in str(op.get("reply")):
+                stop.wait(0.5)  # the JVM is being replaced (--fault jvm): no thousand refusals a second
             if op["kind"] == "insert" and not succeeded(op):
                 for r in op["rows"]:  # never delete what may not be there
                     if r["k"] in owned:
@@ -298,12 +327,13 @@ def reader_loop(base_url: str, cycle: Cycle, stop: threading.Event) -> None:
 
 def warm_up(server: ServerProcess) -> None:
     """One load of each table kind in a scratch database: the first Spark jobs of a new JVM are slow, and a
-    kill early in the first cycle would otherwise meet only the first loads."""
+    kill early in the first cycle would otherwise meet only the first loads. Its tables have names of their
+    own (`warm_useq`, ...): the pause points of --fault commit are armed by table name."""
     db = "torture_warm_up"
     server.sql(db, f"CREATE DATABASE IF NOT EXISTS {db}")
     for table, ddl in TABLES.items():
-        server.sql(db, ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE IF NOT EXISTS {table}"))
-        server.load(db, table, _csv([{"k": 1}], ["k"]), columns="k")
+        server.sql(db, ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE IF NOT EXISTS warm_{table}"))
+        server.load(db, f"warm_{table}", _csv([{"k": 1}], ["k"]), columns="k")
 
 
 def fault_loop(server: ServerProcess, cycle: Cycle, stop: threading.Event, clock: Any) -> None:
@@ -359,32 +389,146 @@ def label_freed(server: ServerProcess, db: str, label: str, stop: threading.Even
     return None if stop.is_set() and state == "PREPARE" else state
 
 
-def run_workload(server: ServerProcess, cycle: Cycle) -> None:
-    """8 clients until the kill at `cycle.kill_offset` (SIGKILL of the whole group)."""
+def run_workload(server: ServerProcess, cycle: Cycle, *, kill: bool = True) -> None:
+    """8 clients until the kill at `cycle.kill_offset` (SIGKILL of the whole group); without `kill` the clients
+    stop there and the server keeps running (a soak round)."""
     cycle.db = f"torture_{cycle.number}_{cycle.seed % 100000}"
     server.sql(cycle.db, f"CREATE DATABASE {cycle.db}")
     for ddl in TABLES.values():
         server.sql(cycle.db, ddl)
     started = time.monotonic()
+    log_from = len(server.log_text())
 
     def clock() -> float:
         return round(time.monotonic() - started, 3)
 
     stop = threading.Event()
+    everyone = [server, *cycle.peers]  # writers spread over the servers
     threads = [
-        threading.Thread(target=writer_loop, args=(server.base_url, cycle, w, stop, clock), daemon=True)
+        threading.Thread(
+            target=writer_loop, args=(everyone[w % len(everyone)].base_url, cycle, w, stop, clock), daemon=True
+        )
         for w in range(WRITERS)
     ]
     threads.append(threading.Thread(target=reader_loop, args=(server.base_url, cycle, stop), daemon=True))
-    if cycle.fault:
-        threads.append(threading.Thread(target=fault_loop, args=(server, cycle, stop, clock), daemon=True))
+    if cycle.fault in CLIENT_FAULTS:
+        loop = reply_fault_loop if cycle.fault == "reply" else fault_loop
+        threads.append(threading.Thread(target=loop, args=(server, cycle, stop, clock), daemon=True))
     for t in threads:
         t.start()
+    if cycle.fault == "commit":
+        wait_for_pause(server, cycle, started, log_from)
     time.sleep(max(0.0, cycle.kill_offset - (time.monotonic() - started)))
-    stop.set()  # no new operation starts; those in flight meet the kill
-    server.kill()
+    if cycle.fault == "jvm":
+        cycle.recovery_seconds = kill_jvm(server, cycle)
+        stop.wait(3.0)  # the clients load on the new JVM for a while
+        kill = False
+    stop.set()  # no new operation starts; those in flight meet the kill (or, in a soak, finish)
+    if kill:
+        if cycle.peers:  # one server or all of them
+            which = random.Random(f"{cycle.seed}:kill").choice([*range(len(everyone)), -1])
+            cycle.killed = list(range(len(everyone))) if which == -1 else [which]
+        else:
+            cycle.killed = [0]
+        for i in cycle.killed:
+            everyone[i].kill()
     for t in threads:
         t.join(timeout=150)
+
+
+def wait_for_pause(server: ServerProcess, cycle: Cycle, started: float, log_from: int) -> None:
+    """--fault commit: the kill comes 0-0.3 s after a load paused right after its commit (after the window and
+    a minute more when none did); the kill offset is the instant chosen."""
+    rng = random.Random(f"{cycle.seed}:commit")
+    deadline = started + cycle.seconds + 60
+    while time.monotonic() < deadline:
+        if "paused at after_commit" in server.log_text()[log_from:]:
+            cycle.paused = True
+            cycle.kill_offset = time.monotonic() - started + rng.uniform(0.0, 0.3)
+            return
+        time.sleep(0.05)
+    cycle.kill_offset = time.monotonic() - started
+
+
+def jvm_pids(server: ServerProcess) -> list[int]:
+    out = []
+    for pid in server.children():
+        try:
+            if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def kill_jvm(server: ServerProcess, cycle: Cycle, timeout: float = 300) -> float:
+    """--fault jvm: SIGKILL the JVM alone; the seconds until the server runs a new one and reports its backend
+    alive (a problem when the server died with it or never replaced it)."""
+    old = jvm_pids(server)
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    if not old:
+        cycle.problems.append("jvm: the server had no JVM to kill")
+    while time.monotonic() - killed < timeout:
+        assert server.proc is not None
+        if server.proc.poll() is not None:
+            cycle.problems.append(f"jvm: the server exited ({server.proc.returncode}) when its JVM was killed")
+            return round(time.monotonic() - killed, 2)
+        new = [pid for pid in jvm_pids(server) if pid not in old]
+        try:
+            alive = httpx.get(f"{server.base_url}/api/health", timeout=5).json()["data"]["online_backend_num"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            alive = 0
+        if new and alive:
+            return round(time.monotonic() - killed, 2)
+        time.sleep(0.2)
+    cycle.problems.append(f"jvm: no new JVM {timeout} s after the kill")
+    return round(time.monotonic() - killed, 2)
+
+
+def reply_fault_loop(server: ServerProcess, cycle: Cycle, stop: threading.Event, clock: Any) -> None:
+    """--fault reply: stream loads into useq sent whole, the connection closed before the reply is read; then the
+    same load again with the same label, whose reply is kept (`retry_reply`)."""
+    rng = random.Random(f"{cycle.seed}:reply")
+    with httpx.Client(base_url=server.base_url, auth=AUTH, timeout=120) as http:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            op_id = f"c{cycle.number}r{i}"
+            rows = [{"k": k, "v": _num(rng), "s": rng.randint(0, 4), "op": op_id} for k in rng.sample(range(16), 2)]
+            op = {"client": WRITERS + 1, "id": op_id, "table": "useq", "kind": "reply", "label": op_id, "rows": rows}
+            cycle.ops.append(op)
+            body = _csv(rows, COLUMNS["useq"])
+            head = [
+                f"PUT /api/{cycle.db}/useq/_stream_load HTTP/1.1",
+                f"Host: 127.0.0.1:{server.port}",
+                "Authorization: Basic cm9vdDo=",
+                "column_separator: ,",
+                "columns: k,v,s,op",
+                f"label: {op_id}",
+                f"Content-Length: {len(body)}",
+                "",
+                "",
+            ]
+            op["start"], op["reply"] = clock(), None
+            try:
+                with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                    sock.sendall("\r\n".join(head).encode() + body)
+                    stop.wait(rng.uniform(0.0, 0.5))  # gone while the load runs, before its reply
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, not FIN
+            except OSError as exc:
+                op["error"] = repr(exc)
+            op["end"] = clock()
+            if stop.wait(rng.uniform(0.2, 2.0)):
+                return
+            _, headers, _ = request_of(op)
+            op["retry_start"] = clock()
+            try:
+                op["retry_reply"] = http.put(f"/api/{cycle.db}/useq/_stream_load", content=body, headers=headers).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                op["retry_reply"], op["retry_error"] = None, repr(exc)
+            op["retry_end"] = clock()
 
 
 # -- what the server holds after the restart -------------------------------------------------------------------
@@ -517,8 +661,15 @@ def model_rows(table: str, applied: list[dict[str, Any]]) -> list[list[Any]]:
 
 def committed_by_client(op: dict[str, Any], resolved: dict[str, str]) -> bool | None:
     """Whether the operation must be visible (True), must not be (False), or may be either (None)."""
-    if op["kind"] in FAULTS:
+    if op["kind"] in BODY_FAULTS:
         return False  # its body never ended
+    if op["kind"] == "reply":  # no reply read; the retry with its label tells
+        retry = op.get("retry_reply") or {}
+        if retry.get("Status") == "Success":
+            return True
+        if retry.get("Status") == "Label Already Exists" and retry.get("ExistingJobStatus") == "FINISHED":
+            return True
+        return None
     if op["kind"] == "2pc":
         if op["label"] in resolved:  # PRECOMMITTED after the restart: the check committed or aborted it
             return resolved[op["label"]] == "commit"
@@ -588,9 +739,19 @@ def check_cycle(ops: list[dict[str, Any]], observed: Observed, stats: dict[str, 
     return problems
 
 
+def server_settings(server: ServerProcess) -> Any:
+    """The settings the server process runs with (its data dir, and a PostgreSQL catalog and shared dir)."""
+    from app.settings import Settings
+
+    return Settings(
+        data_dir=server.data_dir,
+        catalog_uri=server.env.get("SL_CATALOG_URI"),
+        shared_dir=server.env.get("SL_SHARED_DIR"),
+    )
+
+
 def observe(server: ServerProcess, cycle: Cycle, timeout: float = 120) -> Observed:
     """Resolve what the kill left PRECOMMITTED, wait for acknowledged async loads, read tables and snapshots."""
-    from app.settings import Settings
     from tables.catalog import Catalog
 
     resolved: dict[str, str] = {}
@@ -612,7 +773,7 @@ def observe(server: ServerProcess, cycle: Cycle, timeout: float = 120) -> Observ
                 resolved[op["label"]] = how
         elif op.get("finish") == "leave" and succeeded(op):
             cycle.problems.append(f"{op['id']}: left PRECOMMITTED, after the restart its label is {state}")
-    settings = Settings(data_dir=server.data_dir)
+    settings = server_settings(server)
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
     acked_async = {op["reply"]["TxnId"] for op in cycle.ops if op["kind"] == "gc_async" and succeeded(op)}
     deadline = time.monotonic() + timeout
@@ -642,11 +803,17 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
     run_workload(server, cycle)
     stats: dict[str, int] = {}
     started = time.monotonic()
-    server.start(timeout=300, **SERVER_ENV)
-    cycle.recovery_seconds = round(time.monotonic() - started, 2)
+    if cycle.fault != "jvm":  # the JVM's replacement time is its recovery time
+        everyone = [server, *cycle.peers]
+        if len(cycle.killed) < len(everyone):  # a survivor: it takes the dead server's loads over first
+            time.sleep(2 * float(cycle.peers[0].env.get("SL_LEASE_SECONDS", 30)))
+            started = time.monotonic()
+        for i in cycle.killed:  # no pause point armed: the check commits what the kill left PRECOMMITTED
+            everyone[i].start(timeout=300, **server_env(None if cycle.fault == "commit" else cycle.fault))
+        cycle.recovery_seconds = round(time.monotonic() - started, 2)
     note(
-        f"cycle {cycle.number}: {len(cycle.ops)} operations, killed at {cycle.kill_offset:.1f} s, restarted in "
-        f"{cycle.recovery_seconds} s"
+        f"cycle {cycle.number}: {len(cycle.ops)} operations, killed at {cycle.kill_offset:.1f} s, "
+        f"{'new JVM' if cycle.fault == 'jvm' else 'restarted'} in {cycle.recovery_seconds} s"
     )
     try:
         observed = observe(server, cycle)
@@ -655,6 +822,18 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
         cycle.problems.append(f"check failed: {exc!r}")
     acked = sum(1 for op in cycle.ops if succeeded(op))
     note(f"cycle {cycle.number}: checked in {time.monotonic() - started - cycle.recovery_seconds:.1f} s")
+    if cycle.fault == "reply":
+        for op in cycle.ops:
+            retry = op.get("retry_reply") or {}
+            if retry.get("Status") == "Label Already Exists" and retry.get("ExistingJobStatus") not in (
+                "RUNNING",
+                "FINISHED",
+            ):
+                cycle.problems.append(f"{op['id']}: its retry answered {retry}")
+    if cycle.fault == "commit":  # armed again for the next cycle
+        for each in [server, *cycle.peers]:
+            each.kill()
+            each.start(timeout=300, **server_env(cycle.fault))
     summary = {
         "cycle": cycle.number,
         "ok": not cycle.problems,
@@ -664,6 +843,7 @@ def run_cycle(server: ServerProcess, cycle: Cycle, histories: Path) -> dict[str,
         "visible": stats.get("visible", 0),
         "rows_compared": stats.get("rows", 0),
         "unanswered_visible": stats.get("unanswered_visible", 0),
+        "paused_after_commit": cycle.paused,
         "reads": cycle.reads,
         "compactions": cycle.compactions,
         "kill_offset": round(cycle.kill_offset, 2),
@@ -680,16 +860,18 @@ def note(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def orphan_files(data_dir: Path) -> list[str]:
-    """Maintenance with no grace period (the server stopped), then every rowset file no snapshot references."""
-    from app.settings import Settings
+def orphan_files(servers: list[ServerProcess]) -> list[str]:
+    """Maintenance with no grace period (the servers stopped), then every rowset file no snapshot references
+    and every staged file."""
     from tables.catalog import Catalog
     from tables.maintenance import referenced_files, run_maintenance
+    from tables.store import Store
     from tables.transactions import TransactionStore
 
-    settings = Settings(data_dir=data_dir)
+    settings = server_settings(servers[0])
     catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
-    txns = TransactionStore(settings.resolved_data_dir / "transactions.db")
+    store = Store(settings.resolved_store_uri)
+    txns = TransactionStore(store)
     try:
         run_maintenance(catalog, txns, staging=settings.staging_dir, grace_seconds=0, snapshot_keep_seconds=864000)
         left = []
@@ -700,10 +882,13 @@ def orphan_files(data_dir: Path) -> list[str]:
             for path in (handle.location / "data").glob("txn_*/*"):
                 if not path.name.startswith(".") and str(path.resolve()) not in referenced:
                     left.append(str(path))
-        left += [str(p) for p in settings.staging_dir.glob("*")] if settings.staging_dir.is_dir() else []
+        for server in servers:
+            staging = server_settings(server).staging_dir
+            left += [str(p) for p in staging.glob("*")] if staging.is_dir() else []
         return left
     finally:
         txns.close()
+        store.close()
 
 
 def load_state(path: Path) -> dict[str, Any]:
@@ -721,8 +906,10 @@ def run(
     seed: int | None = None,
     replay: Path | None = None,
     fault: str | None = None,
+    servers: int = 1,
 ) -> dict[str, Any]:
-    """Cycles until `cycles` or `seconds` are reached; returns the run's summary (and adds it to state.json)."""
+    """Cycles until `cycles` or `seconds` are reached; returns the run's summary (and adds it to state.json).
+    `servers` > 1: that many servers on one PostgreSQL database and one shared dir (a new database each run)."""
     workdir.mkdir(parents=True, exist_ok=True)
     histories = workdir / "histories"
     histories.mkdir(exist_ok=True)
@@ -734,6 +921,7 @@ def run(
         header = json.loads(replay.read_text().splitlines()[0])
         plans = [(int(header["cycle"]), int(header["seed"]), float(header["seconds"]), float(header["kill_offset"]))]
         fault = header.get("fault")
+        servers = int(header.get("servers", 1))
         histories = workdir / "replays"
         histories.mkdir(exist_ok=True)
     else:
@@ -743,19 +931,41 @@ def run(
         for n in range(first, first + cycles):
             cycle_seed = rng.randrange(2**31)
             plans.append((n, cycle_seed, cycle_seconds, random.Random(cycle_seed).uniform(0, cycle_seconds)))
-    server = ServerProcess(data_dir, workdir / "server.log")
+    postgres = None
+    if servers > 1:
+        from tests.postgres import start_postgres
+
+        postgres = start_postgres()  # in a dir of its own under /tmp (the postgres user must enter it)
+        uri = postgres.create_database()
+        shared = data_dir / "shared"
+        shutil.rmtree(shared, ignore_errors=True)
+        env = {
+            "SL_CATALOG_URI": uri,
+            "SL_SHARED_DIR": str(shared),
+            "SL_SPARK_MASTER": "local[1]",
+            "SL_LEASE_SECONDS": str(POSTGRES_LEASE_SECONDS),
+        }
+        everyone = [
+            ServerProcess(data_dir / f"server-{i}", workdir / f"server-{i}.log", default_command, **env)
+            for i in range(servers)
+        ]
+    else:
+        everyone = [ServerProcess(data_dir, workdir / "server.log")]
+    server, peers = everyone[0], everyone[1:]
     run_started = time.monotonic()
     started = time.monotonic()
-    server.start(timeout=300, **SERVER_ENV)
-    note(f"server started in {time.monotonic() - started:.1f} s")
-    warm_up(server)
+    for each in everyone:
+        each.start(timeout=300, **server_env(fault))
+    note(f"{len(everyone)} server(s) started in {time.monotonic() - started:.1f} s")
+    for each in everyone:
+        warm_up(each)
     note("warmed up")
     results: list[dict[str, Any]] = []
     try:
         for number, cycle_seed, window, kill_offset in plans:
             if results and time.monotonic() - run_started > seconds:
                 break
-            cycle = Cycle(number, cycle_seed, window, kill_offset, fault)
+            cycle = Cycle(number, cycle_seed, window, kill_offset, fault, peers=peers)
             summary = run_cycle(server, cycle, histories)
             results.append(summary)
             print(json.dumps(summary), flush=True)
@@ -764,8 +974,13 @@ def run(
                 state["failed_cycles"] = int(state["failed_cycles"]) + (0 if summary["ok"] else 1)
                 state_path.write_text(json.dumps(state, indent=1))
     finally:
-        server.kill()
-    orphans = orphan_files(data_dir)
+        for each in everyone:
+            each.kill()
+    try:
+        orphans = orphan_files(everyone)
+    finally:
+        if postgres is not None:
+            postgres.close()
     note(f"maintenance done, {len(orphans)} orphan files")
     recovery = [r["recovery_seconds"] for r in results]
     total = {
@@ -787,6 +1002,157 @@ def run(
     return total
 
 
+# -- the soak: the workload without kills ----------------------------------------------------------------------
+SOAK_ENV = {k: v for k, v in SERVER_ENV.items() if not k.startswith("SL_SNAPSHOT_")}  # the default snapshot bounds
+SOAK_RSS_GROWTH_MB = 50
+SOAK_DRIFT = 0.10  # open files and threads: within ±10% of the first checked sample
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            fields[key] = int(value.split()[0])
+    return {
+        "rss_mb": round(fields.get("VmRSS", 0) / 1024),
+        "threads": fields.get("Threads", 0),
+        "fds": len(list(Path(f"/proc/{pid}/fd").iterdir())),
+    }
+
+
+def sample(server: ServerProcess, started: float) -> dict[str, Any]:
+    """The server's Python process and its JVM (RSS, threads, open files), its staged files, every table's
+    snapshots and the rowsets its current snapshot holds (largest per table), and the warehouse's data files."""
+    from tables.catalog import Catalog
+
+    assert server.proc is not None
+    out: dict[str, Any] = {"minute": round((time.monotonic() - started) / 60, 2)}
+    out["python"] = _proc_status(server.proc.pid)
+    jvms = [pid for pid in server.children() if "java" in Path(f"/proc/{pid}/cmdline").read_bytes().decode()]
+    out["jvm"] = _proc_status(jvms[0]) if jvms else {}
+    settings = server_settings(server)
+    staging = settings.staging_dir
+    out["staged_files"] = len(list(staging.iterdir())) if staging.is_dir() else 0
+    catalog = Catalog(uri=settings.resolved_catalog_uri, warehouse=settings.resolved_warehouse)
+    snapshots, rowsets = 0, 0
+    for db, name in catalog.table_locations():
+        try:
+            iceberg = catalog.load(db, name).iceberg
+        except Exception:  # dropped under us
+            continue
+        snapshots = max(snapshots, len(iceberg.snapshots()))
+        current = iceberg.current_snapshot()
+        if current is not None:
+            rowsets = max(
+                rowsets,
+                int((current.summary.additional_properties if current.summary else {}).get("total-data-files", 0)),
+            )
+    out["snapshots_max"], out["rowsets_max"] = snapshots, rowsets
+    out["warehouse_files"] = sum(1 for p in settings.resolved_warehouse.rglob("*.parquet"))
+    return out
+
+
+def soak_problems(samples: list[dict[str, Any]], seconds: float, keep_count: int) -> list[str]:
+    """Issue 23's soak rules from a third of the run (minute 10 of 30) to its end. A sample is taken while 8
+    clients load, so one sample's threads and open files depend on what runs at that instant: each rule
+    compares medians, of the first three checked samples and of the last three."""
+    problems: list[str] = []
+    checked = [s for s in samples if s["minute"] * 60 >= seconds / 3] or samples[-1:]
+    first, last = checked[:3], checked[-3:]
+    for proc in ("python", "jvm"):
+        if not all(s.get(proc) for s in first + last):
+            problems.append(f"{proc}: a sample is missing")
+            continue
+        for what in ("rss_mb", "fds", "threads"):
+            before = statistics.median(s[proc][what] for s in first)
+            after = statistics.median(s[proc][what] for s in last)
+            if what == "rss_mb" and after - before > SOAK_RSS_GROWTH_MB:
+                problems.append(f"{proc}: RSS grew from {before} MB to {after} MB")
+            elif what != "rss_mb" and abs(after - before) > SOAK_DRIFT * before:
+                problems.append(f"{proc}: {what} went from {before} to {after}")
+    for s in samples:
+        if s["staged_files"] > 2 * (WRITERS + 1):
+            problems.append(f"{s['staged_files']} staged files at minute {s['minute']}")
+        if s["snapshots_max"] > 2 * keep_count + 1:
+            problems.append(f"a table held {s['snapshots_max']} snapshots at minute {s['minute']}")
+    return problems
+
+
+def soak(workdir: Path, *, seconds: float, round_seconds: float, seed: int | None = None) -> dict[str, Any]:
+    """The workload without kills on one server for `seconds`: rounds of `round_seconds`, each in a fresh
+    database checked against the model while the server runs (the previous round's database is dropped);
+    the server's resources are sampled every minute (every tenth of the run when shorter)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    histories = workdir / "soak-histories"
+    histories.mkdir(exist_ok=True)
+    data_dir = workdir / "soak-data"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    server = ServerProcess(data_dir, workdir / "soak-server.log")
+    server.start(timeout=300, **SOAK_ENV)
+    warm_up(server)
+    rng = random.Random(seed)
+    started = time.monotonic()
+    samples = [sample(server, started)]
+    interval = min(60.0, seconds / 10)
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.wait(interval):
+            try:
+                samples.append(sample(server, started))
+            except Exception as exc:  # noqa: BLE001 - a sample that failed is a gap in the curve, not the end
+                note(f"sample failed: {exc!r}")
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    rounds: list[dict[str, Any]] = []
+    previous = None
+    try:
+        for number in itertools.count(1):
+            if time.monotonic() - started + round_seconds > seconds:
+                break
+            cycle = Cycle(number, rng.randrange(2**31), round_seconds, round_seconds)
+            run_workload(server, cycle, kill=False)
+            stats: dict[str, int] = {}
+            try:
+                cycle.problems += check_cycle(cycle.ops, observe(server, cycle), stats)
+            except Exception as exc:
+                cycle.problems.append(f"check failed: {exc!r}")
+            summary = {
+                "round": number,
+                "ok": not cycle.problems,
+                "operations": len(cycle.ops),
+                "acknowledged": sum(1 for op in cycle.ops if succeeded(op)),
+                "visible": stats.get("visible", 0),
+                "problems": cycle.problems,
+            }
+            write_history(histories / f"round-{number:04d}.jsonl", cycle, summary)
+            print(json.dumps(summary), flush=True)
+            rounds.append(summary)
+            if previous:
+                server.sql(previous, f"DROP DATABASE {previous} FORCE")
+            previous = cycle.db
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 60)
+        try:
+            samples.append(sample(server, started))
+        finally:
+            server.kill()
+    problems = soak_problems(samples, seconds, keep_count=100)
+    middle = samples[len(samples) // 2]
+    return {
+        "seconds": round(time.monotonic() - started, 1),
+        "rounds": len(rounds),
+        "failed_rounds": [r["round"] for r in rounds if not r["ok"]],
+        "acknowledged": sum(r["acknowledged"] for r in rounds),
+        "curve": {"start": samples[0], "middle": middle, "end": samples[-1]},
+        "problems": problems,
+        "samples": samples,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=10, help="most kill cycles in this run")
@@ -796,7 +1162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: random)")
     parser.add_argument("--replay", type=Path, default=None, help="rerun the cycle of this history file")
     parser.add_argument("--fault", choices=FAULTS, default=None, help="add a client injecting this fault")
+    parser.add_argument("--servers", type=int, default=1, help="2: two servers on one PostgreSQL database")
+    parser.add_argument("--soak", type=float, default=None, help="no kills: rounds of --cycle-seconds for SOAK s")
     args = parser.parse_args(argv)
+    if args.soak:
+        result = soak(args.workdir, seconds=args.soak, round_seconds=args.cycle_seconds, seed=args.seed)
+        (args.workdir / "soak.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
+        return 1 if result["failed_rounds"] or result["problems"] else 0
     total = run(
         args.workdir,
         cycles=args.cycles,
@@ -805,6 +1178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         replay=args.replay,
         fault=args.fault,
+        servers=args.servers,
     )
     print(json.dumps({k: v for k, v in total.items() if k != "results"}, indent=1))
     return 1 if total["failed"] or total["orphan_files"] else 0
