@@ -202,16 +202,17 @@ def scan_files(
     for frame in frames[1:]:
         out = out.unionByName(frame)
     if join is not None:
-        out = _drop_positions(out, join, keep)
+        out = _drop_positions(out, join, keep, merge=deleted is not None and deleted.positions > BROADCAST_DELETES)
     return out.drop(FILE, ROW) if located and not positions else out
 
 
-def _drop_positions(rows: DataFrame, gone: DataFrame, keep: str | None) -> DataFrame:
+def _drop_positions(rows: DataFrame, gone: DataFrame, keep: str | None, *, merge: bool = False) -> DataFrame:
     """`rows` without those at the positions `gone` names (`FILE`, `ROW`, possibly repeated), except those whose
-    `keep` column is 1."""
+    `keep` column is 1. `merge`: a sort-merge join, never a broadcast of `gone` (`BROADCAST_DELETES`)."""
     if keep is None:
-        return rows.join(gone, [FILE, ROW], "left_anti")
+        return rows.join(gone.hint("merge") if merge else gone, [FILE, ROW], "left_anti")
     marked = gone.distinct().withColumn("__gone", F.lit(True))
+    marked = marked.hint("merge") if merge else marked
     return rows.join(marked, [FILE, ROW], "left").where(f"__gone IS NULL OR {q(keep)} = 1").drop("__gone")
 
 
@@ -485,6 +486,11 @@ def row_positions() -> list[Column]:
 # rows, a larger file's with a filter (no join, no extra Spark job); beyond it, an anti-join with the delete files
 INLINE_DELETES = 20_000
 INLINE_DELETED_FILES = 200  # ... of at most this many larger data files (one term of the filter each)
+# Past this many positions the anti-join with the delete files is a sort-merge join (it spills), never a
+# broadcast: Spark sizes the delete files on disk (a few MB for millions of positions, their file path column
+# dictionary-encoded) and broadcast them, building a hash relation of ~400 bytes a position outside its
+# memory limits. 1.6M positions (a 2M-row reload) filled a 512 MB heap and the JVM died in `SELECT count(*)`.
+BROADCAST_DELETES = 100_000
 
 
 @dataclass(frozen=True)
@@ -494,6 +500,7 @@ class Deleted:
 
     by_file: Mapping[str, frozenset[int]] = field(default_factory=dict)
     frame: DataFrame | None = None
+    positions: int = 0  # how many the delete files name (repeats included)
 
 
 def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | None:
@@ -505,7 +512,8 @@ def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | Non
     if sum(f.record_count for f in files) <= INLINE_DELETES:
         return Deleted(by_file=_positions_by_file(paths))
     schema = T.StructType([T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())])
-    return Deleted(frame=spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}"))
+    frame = spark.read.schema(schema).parquet(*paths).selectExpr(f"file_path AS {FILE}", f"pos AS {ROW}")
+    return Deleted(frame=frame, positions=sum(f.record_count for f in files))
 
 
 @functools.lru_cache(maxsize=64)
