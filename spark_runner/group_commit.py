@@ -84,6 +84,7 @@ MAX_ERROR_ROWS = 50
 MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed async load
 REJOIN_SHARE = 0.1  # a group formed of queued loads waits this share of the previous group's time for more
 REJOIN_MAX_S = 0.25  # ... and at most this long
+IDLE_EXIT_S = 60.0  # a worker without loads this long ends (its table may be gone); the next load starts another
 GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
 GROUP_INLINE_MAX_LINES = 65536  # ... and up to this many lines
 # failures after which an acknowledged async load can never commit: its WAL entry goes
@@ -322,8 +323,10 @@ class _Member:
 class _Worker:
     """One queue and one thread per (table, load shape): groups of one table commit one after another."""
 
-    def __init__(self, owner: GroupCommitter, name: str, first: Iterable[_Member] = ()) -> None:
+    def __init__(self, owner: GroupCommitter, key: tuple[str, str, str], first: Iterable[_Member] = ()) -> None:
         self.owner = owner
+        self.key = key
+        name = f"{key[0]}.{key[1]}"
         self.items: queue.Queue[_Member | None] = queue.Queue()  # None: the worker stops (`GroupCommitter.close`)
         self.replayed = bool(first)
         for member in first:  # queued before the thread starts: they are there when its first group forms
@@ -356,7 +359,13 @@ class _Worker:
         time, at most `REJOIN_MAX_S` and the interval) for the loads the previous group's clients send next, up
         to as many as that group had: else sync clients split into a group of one straggler and a group of
         the rest, alternately, and half the groups carry one load. A full group (`max_loads`) goes at once."""
-        first = self.items.get()
+        while True:
+            try:
+                first = self.items.get(timeout=IDLE_EXIT_S)
+                break
+            except queue.Empty:
+                if self.owner.retire(self):
+                    return []
         if first is None:
             return []
         batch = [first]
@@ -474,11 +483,21 @@ class GroupCommitter:
     def _submit(self, member: _Member) -> None:
         req = member.prepared.request
         key = (req.db, req.table, _shape(req))
-        with self._guard:
+        with self._guard:  # queued under the guard: a worker retires only while its queue is empty (`retire`)
             worker = self._workers.get(key)
             if worker is None:
-                worker = self._workers[key] = _Worker(self, f"{req.db}.{req.table}")
-        worker.items.put(member)
+                worker = self._workers[key] = _Worker(self, key)
+            worker.items.put(member)
+
+    def retire(self, worker: _Worker) -> bool:
+        """End an idle worker (True), unless a load was queued for it meanwhile: workers of tables that were
+        dropped, or that stopped receiving grouped loads, do not pile up."""
+        with self._guard:
+            if not worker.items.empty():
+                return False
+            if self._workers.get(worker.key) is worker:
+                del self._workers[worker.key]
+            return True
 
     def _submit_all(self, members: list[_Member]) -> None:
         """Queue many loads at once (a replay): each worker finds all of its loads queued when it forms a group."""
@@ -490,7 +509,7 @@ class GroupCommitter:
             for key, queued in by_key.items():
                 worker = self._workers.get(key)
                 if worker is None:
-                    self._workers[key] = _Worker(self, f"{key[0]}.{key[1]}", queued)
+                    self._workers[key] = _Worker(self, key, queued)
                     continue
                 for member in queued:
                     worker.items.put(member)

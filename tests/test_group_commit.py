@@ -117,3 +117,27 @@ def test_a_label_used_twice_in_one_group_is_refused_once(doris: DorisClient, db:
     statuses = sorted(r["Status"] for r in replies)
     assert statuses == ["Label Already Exists", "Success"], replies
     assert len(doris.rows(db, "SELECT k FROM t")) == 1
+
+
+def test_an_idle_group_worker_ends_and_a_later_load_starts_another(
+    doris: DorisClient, db: str, monkeypatch: Any
+) -> None:
+    """A table's group-commit worker thread ends once idle (here after 0.5 s): workers of dropped tables do not
+    pile up in a long-running server, and the next grouped load of a table of that name is served by a new one."""
+    from spark_runner import group_commit
+
+    monkeypatch.setattr(group_commit, "IDLE_EXIT_S", 0.5)
+
+    def workers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == f"group-commit-{db}.idle"]
+
+    for round_ in range(2):
+        doris.sql(db, DDL.format(name="idle", mode="sync_mode"))
+        reply = doris.stream_load(db, "idle", f"{round_},v\n", headers={"column_separator": ","}).json()
+        assert_group_reply(reply, mode="sync_mode", loaded=1)
+        assert doris.rows(db, "SELECT k FROM idle") == [[round_]]
+        doris.sql(db, "DROP TABLE idle")
+        deadline = time.monotonic() + 30
+        while workers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert workers() == []
