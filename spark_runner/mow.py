@@ -91,10 +91,13 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
     width = len(table.key_columns)
     paths: list[str] = []
     positions: list[int] = []
+    # each file read once (a file past `CACHED_FILE_ROWS` is not cached: read per key, a 21,000-row file read
+    # 21,000 times); at most `DRIVER_RECHECK_ROWS` rows in all
+    their_rows = [(path, _keyed_rows(path, wanted, width)) for path in theirs]
     for my_path in mine:
         for key, my_rows in _keyed_rows(my_path, wanted, width).items():
-            for their_path in theirs:
-                for their_seq, their_pos in _keyed_rows(their_path, wanted, width).get(key, ()):
+            for their_path, keyed in their_rows:
+                for their_seq, their_pos in keyed.get(key, ()):
                     for my_seq, my_pos in my_rows:
                         later, earlier = (my_seq, their_seq) if mine_is_later else (their_seq, my_seq)
                         won = later_wins(table, later, earlier)
