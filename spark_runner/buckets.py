@@ -26,6 +26,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_runner.columns import named
 from spark_runner.sqltext import lit, q, storage_type_sql
 from tables.catalog import TableHandle
 from tables.model import BUCKET_COL, TableDef
@@ -60,8 +61,7 @@ def stored_values(table: TableDef, columns: Iterable[str]) -> list[Column]:
 
 def with_bucket(df: DataFrame, table: TableDef, field_id: int, *, per_bucket: bool) -> DataFrame:
     """`df` (the rowset's stored columns) with `BUCKET_COL` added, carrying its Iceberg field id."""
-    column = F.expr(bucket_sql(table, per_bucket=per_bucket))
-    return df.withColumn(BUCKET_COL, column.alias(BUCKET_COL, metadata={"parquet.field.id": field_id}))
+    return df.withColumn(BUCKET_COL, named(BUCKET_COL, bucket_sql(table, per_bucket=per_bucket), field_id))
 
 
 def with_partition(df: DataFrame, table: TableDef, field_ids: dict[str, int]) -> DataFrame:

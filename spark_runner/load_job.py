@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
+from spark_runner import columns as columns_cache
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -615,9 +616,9 @@ def check_new_keys(plan: LoadPlan, new_rows: int, first_new_key: str | None) -> 
             )
 
 
-def storage_columns(plan: LoadPlan, version: int) -> list[str]:
-    """The rowset's columns in table storage order, as SQL."""
-    out: list[str] = []
+def storage_columns(plan: LoadPlan, version: int) -> list[tuple[str, str]]:
+    """The rowset's columns in table storage order: (name, SQL) each."""
+    out: list[tuple[str, str]] = []
     for column in plan.table.all_columns():
         if column.name == VERSION_COL:
             value = str(version)
@@ -629,19 +630,20 @@ def storage_columns(plan: LoadPlan, version: int) -> list[str]:
             value = f"-{q(column.name)}"
         else:
             value = q(column.name)
-        out.append(f"CAST({value} AS {storage_type_sql(column.type)}) AS {q(column.name)}")
+        out.append((column.name, f"CAST({value} AS {storage_type_sql(column.type)})"))
     return out
+
+
+def stored_select(df: DataFrame, columns: Sequence[tuple[str, str]], field_ids: dict[str, int]) -> DataFrame:
+    """`df` as the rowset's columns (name, SQL), each with its Iceberg field id, which Spark writes into the
+    Parquet schema; one projection of columns built once per shape (`spark_runner.columns`)."""
+    return df.select(*[columns_cache.named(name, sql, field_ids.get(name)) for name, sql in columns])
 
 
 def with_field_ids(df: DataFrame, field_ids: dict[str, int]) -> DataFrame:
     """Attach each column's Iceberg field id, which Spark writes into the Parquet schema (other columns, such as
     a merge-on-write decision, are kept as they are)."""
-    return df.select(
-        *[
-            F.col(q(c)).alias(c, metadata={"parquet.field.id": field_ids[c]}) if c in field_ids else F.col(q(c))
-            for c in df.columns
-        ]
-    )
+    return df.select(*[columns_cache.named(c, None, field_ids.get(c)) for c in df.columns])
 
 
 TOO_LONG = "error log is too long"
@@ -744,7 +746,8 @@ def run_load_job(
     # a collected rowset gets its version after the job: a literal would be compiled into the job's
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
-    out = with_field_ids(good.selectExpr(*storage_columns(plan, 0 if collected else version), *decision), field_ids)
+    storage = storage_columns(plan, 0 if collected else version)
+    out = stored_select(good, [*storage, *[(name, q(name)) for name in decision]], field_ids)
     if BUCKET_COL in field_ids:
         # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
         out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
