@@ -15,10 +15,11 @@ shape each time).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark import SparkContext
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_runner.sqltext import q
@@ -28,11 +29,11 @@ _ATTR = "_sl_columns"
 _LOCK = threading.Lock()
 
 
-def _cache() -> dict[tuple[Any, ...], Column] | None:
+def _cache() -> dict[tuple[Any, ...], Any] | None:
     context = SparkContext._active_spark_context
     if context is None:
         return None
-    cache: dict[tuple[Any, ...], Column] | None = getattr(context, _ATTR, None)
+    cache: dict[tuple[Any, ...], Any] | None = getattr(context, _ATTR, None)
     if cache is None:
         with _LOCK:
             cache = getattr(context, _ATTR, None)
@@ -42,18 +43,18 @@ def _cache() -> dict[tuple[Any, ...], Column] | None:
     return cache
 
 
-def _cached(key: tuple[Any, ...], build: Any) -> Column:
+def _cached(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
     cache = _cache()
     if cache is None:
-        return build()  # type: ignore[no-any-return]
-    column = cache.get(key)
-    if column is None:
-        column = build()
+        return build()
+    found = cache.get(key)
+    if found is None:
+        found = build()
         with _LOCK:
             if len(cache) >= MAX_COLUMNS:
                 cache.clear()
-            cache[key] = column
-    return column
+            cache[key] = found
+    return found
 
 
 def named(name: str, sql: str | None = None, field_id: int | None = None) -> Column:
@@ -66,4 +67,26 @@ def named(name: str, sql: str | None = None, field_id: int | None = None) -> Col
             return column.alias(name) if sql is not None else column
         return column.alias(name, metadata={"parquet.field.id": field_id})
 
-    return _cached(("named", name, sql, field_id), build)
+    column: Column = _cached(("named", name, sql, field_id), build)
+    return column
+
+
+def select_expr(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
+    """`df.selectExpr(*exprs)` with the JVM's list of the expressions built once per shape.
+
+    PySpark hands a Python list to the JVM one element per round trip (py4j's `ListConverter`: an `ArrayList`,
+    then an `add` call each), so a projection of 20 expressions cost 22 round trips before Spark saw it; a
+    load builds several. The JVM parses the expressions anew on each call: only the list is reused (Scala's
+    immutable `Seq`)."""
+    session = df.sparkSession
+    key = ("exprs", tuple(exprs))
+    seq = _cached(key, lambda: session._jvm.PythonUtils.toSeq(list(exprs)))  # type: ignore[union-attr]
+    return type(df)(df._jdf.selectExpr(seq), session)
+
+
+def select_named(df: DataFrame, columns: Sequence[tuple[str, str | None, int | None]]) -> DataFrame:
+    """`df.select` of the `named` columns (name, SQL, field id), the JVM's list of them built once per shape."""
+    session = df.sparkSession
+    key = ("select", tuple(columns))
+    seq = _cached(key, lambda: session._jvm.PythonUtils.toSeq([named(*c)._jc for c in columns]))  # type: ignore[union-attr]
+    return type(df)(df._jdf.select(seq), session)

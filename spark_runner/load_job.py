@@ -23,7 +23,6 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, small_rowset
-from spark_runner import columns as columns_cache
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -32,6 +31,7 @@ from spark_runner.buckets import (
     with_partition_id,
     write_rows,
 )
+from spark_runner.columns import select_expr, select_named
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     STORED_FILE,
@@ -143,11 +143,14 @@ def _split_fields_source(frame: DataFrame, dialect: CsvDialect, position: str) -
     longer line joined by the separator (concat_ws skips the NULLs past a short line's end)."""
     raw = [arrow_csv.field_name(i) for i in range(dialect.field_count)]
     line = f"concat_ws({lit(dialect.column_separator)}, {', '.join([*raw, arrow_csv.REST])})"
-    return frame.selectExpr(
-        f"{position} AS {POS}",
-        f"{line} AS {LINE}",
-        f"coalesce({arrow_csv.FIELD_COUNT}, {dialect.field_count}) AS {NCOLS}",
-        *_csv_fields(dialect, raw),
+    return select_expr(
+        frame,
+        [
+            f"{position} AS {POS}",
+            f"{line} AS {LINE}",
+            f"coalesce({arrow_csv.FIELD_COUNT}, {dialect.field_count}) AS {NCOLS}",
+            *_csv_fields(dialect, raw),
+        ],
     )
 
 
@@ -354,10 +357,10 @@ def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Name the source fields and evaluate derived columns in order (later ones may use earlier ones)."""
     extra = ["__bad"] if "__bad" in df.columns else []
     fields = [f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)]
-    out = df.selectExpr(POS, LINE, NCOLS, *extra, *fields)
+    out = select_expr(df, [POS, LINE, NCOLS, *extra, *fields])
     for mapping in plan.derived:
         assert mapping.expr is not None
-        out = out.selectExpr("*", f"({mapping.expr.spark_sql}) AS {q(mapping.name)}")
+        out = select_expr(out, ["*", f"({mapping.expr.spark_sql}) AS {q(mapping.name)}"])
     return out
 
 
@@ -423,7 +426,7 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
         converted.append(f"{value} AS {_converted(i)}")
     raw_names = [q(n) for n in plan.scope]
     extra = ["__bad"] if "__bad" in df.columns else []
-    step = df.selectExpr(POS, LINE, NCOLS, *extra, *raw_names, *converted)
+    step = select_expr(df, [POS, LINE, NCOLS, *extra, *raw_names, *converted])
     reasons = [_count_reason(plan)] + [
         _reason_sql(
             t.column,
@@ -435,12 +438,15 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
         for i, t in enumerate(plan.targets)
         if t.source is not None or not plan.partial  # unlisted columns of a partial update come from the table
     ]
-    return step.selectExpr(
-        POS,
-        LINE,
-        *[f"{_converted(i)} AS {q(t.column.name)}" for i, t in enumerate(plan.targets)],
-        *[q(n) for n in loose],
-        f"coalesce({', '.join(reasons)}) AS {REASON}",
+    return select_expr(
+        step,
+        [
+            POS,
+            LINE,
+            *[f"{_converted(i)} AS {q(t.column.name)}" for i, t in enumerate(plan.targets)],
+            *[q(n) for n in loose],
+            f"coalesce({', '.join(reasons)}) AS {REASON}",
+        ],
     )
 
 
@@ -485,7 +491,8 @@ def mark_flags(df: DataFrame, plan: LoadPlan) -> DataFrame:
         reason = f"coalesce({reason}, {missing})"
     unselected = f"{REASON} IS NULL AND {exprs[0]}"
     kept = [c for c in df.columns if c not in (REASON, _PARTITION)]
-    return df.selectExpr(*[q(c) for c in kept], f"{reason} AS {REASON}", f"{unselected} AS {UNSELECTED}", *exprs[1:])
+    flags = [f"{reason} AS {REASON}", f"{unselected} AS {UNSELECTED}", *exprs[1:]]
+    return select_expr(df, [*[q(c) for c in kept], *flags])
 
 
 _PARTITION = "__partition"  # the row's partition id, while its reject reason is decided
@@ -637,13 +644,13 @@ def storage_columns(plan: LoadPlan, version: int) -> list[tuple[str, str]]:
 def stored_select(df: DataFrame, columns: Sequence[tuple[str, str]], field_ids: dict[str, int]) -> DataFrame:
     """`df` as the rowset's columns (name, SQL), each with its Iceberg field id, which Spark writes into the
     Parquet schema; one projection of columns built once per shape (`spark_runner.columns`)."""
-    return df.select(*[columns_cache.named(name, sql, field_ids.get(name)) for name, sql in columns])
+    return select_named(df, [(name, sql, field_ids.get(name)) for name, sql in columns])
 
 
 def with_field_ids(df: DataFrame, field_ids: dict[str, int]) -> DataFrame:
     """Attach each column's Iceberg field id, which Spark writes into the Parquet schema (other columns, such as
     a merge-on-write decision, are kept as they are)."""
-    return df.select(*[columns_cache.named(c, None, field_ids.get(c)) for c in df.columns])
+    return select_named(df, [(c, None, field_ids.get(c)) for c in df.columns])
 
 
 TOO_LONG = "error log is too long"
@@ -708,7 +715,7 @@ def run_load_job(
     else:
         good = good.repartition(buckets)
     kept = [c for c in good.columns if c not in (LINE, REASON, UNSELECTED)]
-    good = good.selectExpr(*[q(c) for c in kept])
+    good = select_expr(good, [q(c) for c in kept])
     # a partial update that keeps the stored sequence orders its own rows by position only
     seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
     lines = small_rowset.known_rows(source)
@@ -722,7 +729,7 @@ def run_load_job(
         stored_rows = stored(None)
     if stored_rows is not None and table.positional:
         if not plan.reads_stored:  # the decision needs keys, sequence and position: the values stay unread
-            stored_rows = stored_rows.selectExpr(*[q(c) for c in decision_columns(table)])
+            stored_rows = select_expr(stored_rows, [q(c) for c in decision_columns(table)])
         stored_rows = stored_winners(stored_rows, good, table)
     partial_metrics: Observation | None = None
     if lookup and not plan.reads_stored:

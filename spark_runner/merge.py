@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_runner.columns import select_expr
 from spark_runner.sqltext import q
 from tables.model import TableDef
 
@@ -57,7 +58,7 @@ def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[str]) -> 
     ordering = "struct(" + ", ".join(f"{o} AS o{i}" for i, o in enumerate(order)) + ")"
     merged = df.groupBy(*[F.col(q(k)) for k in keys]).agg(F.expr(f"max_by({value}, {ordering})").alias("__w"))
     fields = {c: f"__w.{q(c)} AS {q(c)}" for c in others}
-    return merged.selectExpr(*[fields.get(c, q(c)) for c in columns])
+    return select_expr(merged, [fields.get(c, q(c)) for c in columns])
 
 
 def merge_rows(df: DataFrame, table: TableDef, tie: str, *, sequence: str | None = None) -> DataFrame:
@@ -113,4 +114,4 @@ def merge_rows(df: DataFrame, table: TableDef, tie: str, *, sequence: str | None
             exprs[name] = f"max_by({q(name)}, {tie})"  # hidden and load-internal columns: the latest row
     merged = df.groupBy(*[F.col(q(k)) for k in keys]).agg(*[F.expr(e).alias(alias) for alias, e in exprs.items()])
     picked = {m: f"{alias}.{q(m)} AS {q(m)}" for alias, members in grouped for m in members}
-    return merged.selectExpr(*[picked.get(c, q(c)) for c in columns])
+    return select_expr(merged, [picked.get(c, q(c)) for c in columns])
