@@ -57,6 +57,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_runner import arrow_csv, small_rowset
+from spark_runner.columns import named
 from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, inline_fields, prepare_rows
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
@@ -998,7 +999,7 @@ def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
     load = f"shiftright({POS}, {LOAD_SHIFT})"
     kinds = {"t": "true", "f": f"{REASON} IS NOT NULL", "u": UNSELECTED}
     if small:
-        return tuple(F.expr(f"collect_list(CASE WHEN {cond} THEN {load} END)").alias(k) for k, cond in kinds.items())
+        return tuple(named(k, f"collect_list(CASE WHEN {cond} THEN {load} END)") for k, cond in kinds.items())
     return tuple(
         F.expr("array(" + ", ".join(f"count_if({load} = {i} AND {cond})" for i in range(loads)) + ")").alias(k)
         for k, cond in kinds.items()

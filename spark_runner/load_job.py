@@ -31,7 +31,7 @@ from spark_runner.buckets import (
     with_partition_id,
     write_rows,
 )
-from spark_runner.columns import select_expr, select_named
+from spark_runner.columns import named, select_expr, select_named
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     STORED_FILE,
@@ -699,9 +699,9 @@ def run_load_job(
     observation = Observation(f"load_{directory.name}")
     rows = rows.observe(
         observation,
-        F.expr("count(1)").alias("total"),
-        F.expr(f"count_if({REASON} IS NOT NULL)").alias("filtered"),
-        F.expr(f"count_if({UNSELECTED})").alias("unselected"),
+        named("total", "count(1)"),
+        named("filtered", f"count_if({REASON} IS NOT NULL)"),
+        named("unselected", f"count_if({UNSELECTED})"),
         *extra_metrics,
     )
     good = rows.where(f"{REASON} IS NULL AND NOT {UNSELECTED}")
@@ -748,7 +748,7 @@ def run_load_job(
             ),
         )
     if lookup:
-        good = good.withColumn(WINS, F.expr(winning(table)))
+        good = good.withColumn(WINS, named(WINS, winning(table)))
     collected = buckets == 1 and small_rowset.is_small(source) and (lookup or not plan.reads_stored)
     # a collected rowset gets its version after the job: a literal would be compiled into the job's
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
@@ -763,7 +763,7 @@ def run_load_job(
     if collected:
         # one partition, in key order; the decision columns split into the rows and the position deletes
         if keys:
-            out = out.sortWithinPartitions(*[F.col(q(k)) for k in keys])
+            out = out.sortWithinPartitions(*[named(k) for k in keys])
         files, positions = small_rowset.write_collected(out, directory, version=version, decision=decision)
         if positions is not None:
             written = write_position_deletes(directory, positions)
