@@ -41,7 +41,7 @@ def authenticate(headers: Mapping[str, str], accounts: AccountStore, client: str
         NotAuthorized: no Basic credentials, an unknown user or a wrong password (the same text for both).
     """
     user, given = basic_credentials(headers)
-    return accounts.privileges(accounts.authenticate(user, given, client))
+    return accounts.login(user, given, client)
 
 
 def login(request: Request, accounts: AccountStore, headers: Mapping[str, str] | None = None) -> Privileges:

@@ -140,6 +140,12 @@ LOAD_JOBS = sa.Table(
 )
 
 
+ACCOUNTS_VERSION = sa.Table(  # bumped by every account, role or grant change: logins cache what they read
+    "accounts_version",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+)
 LOGIN_FAILURES = sa.Table(  # several servers: failed logins counted across them (`tables.accounts`)
     "login_failures",
     METADATA,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from tables.accounts import (
     table_denied,
 )
 from tables.errors import AlreadyExists, DorisError
+from tables.store import Tx
 
 LOADER = Identity("loader")
 ANALYST = Identity("analyst", "10.0.0.%")
@@ -246,3 +248,38 @@ def test_a_host_pattern_of_many_wildcards_is_matched_in_linear_time() -> None:
     started = time.monotonic()
     assert not Identity("u", "%a" * 40 + "%b").host_matches("a" * 200)
     assert time.monotonic() - started < 1.0  # a regular expression of these backtracks for hours
+
+
+def test_a_repeated_login_costs_one_statement_and_sees_every_change_made_through_another_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "accounts.db"
+    here, there = AccountStore(path), AccountStore(path)  # two servers on one store
+    here.bootstrap("secret")
+    there.create_user(LOADER, native_password_hash("pw"))
+    there.grant(Priv.LOAD, Scope("db1"), user=LOADER)
+    assert here.login("loader", "pw", "10.0.0.1").allows(Priv.LOAD, "db1", "t")
+    statements = [0]
+    run = Tx.run
+
+    def counted(self: Tx, *args: Any, **kwargs: Any) -> Any:
+        statements[0] += 1
+        return run(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Tx, "run", counted)
+        assert here.login("loader", "pw", "10.0.0.1").allows(Priv.LOAD, "db1", "t")
+    assert statements[0] == 1  # the accounts' version; the rest is what the previous login read
+    with pytest.raises(DorisError, match="Access denied for user 'loader'"):
+        here.login("loader", "wrong", "10.0.0.1")  # a cached login is for its own password only
+    there.revoke(Priv.LOAD, Scope("db1"), user=LOADER)
+    assert not here.login("loader", "pw", "10.0.0.1").allows(Priv.LOAD, "db1", "t")
+    there.grant(Priv.SELECT, Scope("db1"), user=LOADER)
+    assert here.login("loader", "pw", "10.0.0.1").allows(Priv.SELECT, "db1", "t")
+    there.set_password(LOADER, native_password_hash("new"))
+    with pytest.raises(DorisError, match="Access denied for user 'loader'"):
+        here.login("loader", "pw", "10.0.0.1")
+    assert here.login("loader", "new", "10.0.0.1").allows(Priv.SELECT, "db1", "t")
+    there.drop_user(LOADER)
+    with pytest.raises(DorisError, match="Access denied for user 'loader'"):
+        here.login("loader", "new", "10.0.0.1")
