@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    from pydantic import ValidationError
+
     from app.connections import server_config
     from app.lifecycle import DrainingServer
     from app.main import create_app
@@ -47,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:  # a setting no server can run with (SL_SHARED_DIR's scheme, say): one line each
+        for error in exc.errors():
+            print(f"error: {error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
     if (problem := settings.exposure_problem()) is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2

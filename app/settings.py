@@ -5,12 +5,31 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import socket
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tables.load_spec import InputLimits
+from tables.storage import StorageError, local_root
+
+
+def _storage_root(setting: str) -> BeforeValidator:
+    """A shared dir or warehouse: a plain path as given, a `file:` URI as its folder; other URIs are refused
+    with the reason (`tables/storage.py`)."""
+
+    def parse(value: object) -> object:
+        if value is None or not isinstance(value, str | PurePath):
+            return value
+        if isinstance(value, PurePath) or (":/" not in value and value[:5].lower() != "file:"):
+            return Path(value)
+        try:
+            return local_root(value, setting=setting)
+        except StorageError as exc:
+            raise ValueError(exc.message) from None
+
+    return BeforeValidator(parse)
 
 
 class Settings(BaseSettings):
@@ -25,11 +44,12 @@ class Settings(BaseSettings):
         description="Holds the catalog, transactions, labels and error logs (read by the server alone); also the "
         "shared dir's files unless `shared_dir` is set.",
     )
-    shared_dir: Path | None = Field(
+    shared_dir: Annotated[Path | None, _storage_root("SL_SHARED_DIR")] = Field(
         None,
-        description="Folder every Spark node mounts at the same path (NFS, EFS, a cluster filesystem): staged "
-        "bodies, the files a load splits, group-commit payloads and, by default, the warehouse: every file an "
-        "executor reads or writes. Default: data_dir (enough for a local master).",
+        description="Folder every Spark node mounts at the same path (NFS, EFS, a cluster filesystem), as a path "
+        "or a `file:` URI (`file:///mnt/shared`): staged bodies, the files a load splits, group-commit payloads "
+        "and, by default, the warehouse: every file an executor reads or writes. Default: data_dir (enough for a "
+        "local master). `hdfs:`, `s3a:` and `s3:` URIs are refused at start (not served yet).",
     )
     spark_master: str = Field(
         "local[*]",
@@ -50,7 +70,10 @@ class Settings(BaseSettings):
         "master restarted) before a new session is built.",
     )
     catalog_uri: str | None = Field(None, description="SQL catalog URI; default: SQLite file under data_dir.")
-    warehouse: Path | None = Field(None, description="Warehouse folder; default: shared_dir/warehouse.")
+    warehouse: Annotated[Path | None, _storage_root("SL_WAREHOUSE")] = Field(
+        None,
+        description="Warehouse folder, a path or a `file:` URI (as `shared_dir`); default: shared_dir/warehouse.",
+    )
     root_password: SecretStr = Field(
         SecretStr(""),
         description="Password of root and admin, set when the data dir is first used (SET PASSWORD changes it).",
