@@ -13,8 +13,8 @@ written; `StorageRoot.arrow_uri` what `pyarrow.fs.FileSystem.from_uri` would be 
 `s3a://` maps to `s3://`; `hdfs://` stays), but the server refuses them at start (`local_root`): the server's own
 file operations on those roots (staging a body, the group-commit write-ahead log with its hard links and fsyncs,
 the rowsets and delete files it writes and reads itself, maintenance) are local-file calls, and a URI taken for a
-path would be a relative folder named `hdfs:`. Mount such storage (NFS, EFS, a FUSE mount, a cluster filesystem)
-and give its path. Any other scheme is refused as well.
+path would be a relative folder named `hdfs:`. Mount such storage on every node as a POSIX filesystem (NFS, EFS, a
+cluster filesystem: appends, renames, hard links, fsync) and give its path. Any other scheme is refused as well.
 """
 
 from __future__ import annotations
@@ -116,6 +116,6 @@ def local_root(text: str | PurePath, *, setting: str) -> Path:
         raise StorageError(
             f"{setting} {root.text!r}: {root.scheme}: storage is not served yet: the server stages bodies, keeps "
             "its group-commit write-ahead log and writes small rowsets with local file calls; mount the storage "
-            "on every node (NFS, EFS, a FUSE mount, a cluster filesystem) and give its path or a file: URI"
+            "on every node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its path or a file: URI"
         )
     return root.local
