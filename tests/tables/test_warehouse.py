@@ -1,0 +1,109 @@
+"""The warehouse storage layer (`tables/warehouse.py`): the same operations on a local folder (today's calls) and
+through `pyarrow.fs` with URIs, which is what an `s3a://` or `hdfs://` warehouse uses; here on `file:`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
+
+from tables.storage import StorageRoot, parse_root
+from tables.warehouse import WarehouseStorage
+
+
+def _storages(tmp_path: Path) -> list[WarehouseStorage]:
+    (tmp_path / "wh").mkdir()
+    return [
+        WarehouseStorage.of(str(tmp_path / "wh")),
+        WarehouseStorage.of(f"file://{tmp_path / 'wh'}", via_arrow=True),
+    ]
+
+
+def test_a_plain_path_and_a_file_uri_stay_on_the_local_code_path(tmp_path: Path) -> None:
+    for text in (str(tmp_path), f"file://{tmp_path}", f"file:{tmp_path}"):
+        storage = WarehouseStorage.of(text)
+        assert storage.is_local and storage.top == tmp_path
+        assert storage.uri(storage.child(storage.top, "t", "data")) == f"file://{tmp_path}/t/data"
+
+
+def test_through_pyarrow_locations_are_uris_given_to_spark_and_iceberg_as_they_are(tmp_path: Path) -> None:
+    storage = WarehouseStorage.of(f"file://{tmp_path}", via_arrow=True)
+    assert not storage.is_local
+    table = storage.child(storage.top, "abc", "data", "txn_7")
+    assert table == f"file://{tmp_path}/abc/data/txn_7" == storage.uri(table)
+    # what Iceberg recorded and what Spark reports (Hadoop's file:/abs) name the same location
+    assert storage.location(f"file://{tmp_path}/abc/x.parquet") == f"file://{tmp_path}/abc/x.parquet"
+    assert storage.location(f"file:{tmp_path}/abc/x.parquet") == f"file://{tmp_path}/abc/x.parquet"
+
+
+def test_a_remote_root_maps_s3a_to_pyarrows_s3_and_keeps_the_uri_for_spark() -> None:
+    root = parse_root("s3a://bucket/wh", setting="SL_WAREHOUSE")
+    assert (root.spark_uri, root.arrow_uri) == ("s3a://bucket/wh", "s3://bucket/wh")
+    # no S3 here: the layer is built on a local tree standing in for the bucket
+    storage = WarehouseStorage(root, LocalFileSystem(), "/nowhere")
+    assert storage.uri(storage.child(storage.top, "t")) == "s3a://bucket/wh/t"
+    assert storage._path("s3a://bucket/wh/t/a.parquet") == "/nowhere/t/a.parquet"  # noqa: SLF001
+
+
+@pytest.mark.parametrize("kind", ["local", "arrow"])
+def test_write_list_read_sync_and_delete(tmp_path: Path, kind: str) -> None:
+    storage = _storages(tmp_path)[kind == "arrow"]
+    directory = storage.child(storage.top, "t1", "data", "txn_1")
+    assert not storage.exists(directory) and storage.files(directory) == []
+    first = storage.child(directory, "a.parquet")
+    with storage.open_output(first) as out:
+        pq.write_table(pa.table({"k": [1, 2, 3]}), out)
+    with storage.open_output(storage.child(directory, "b.txt")) as out:
+        out.write(b"x")
+    storage.sync([first], directory)  # fsyncs locally, nothing through pyarrow
+    assert storage.is_dir(directory) and storage.exists(first)
+    assert storage.files(directory, suffix=".parquet") == [first]
+    assert len(storage.files(storage.child(storage.top, "t1"), recursive=True)) == 2
+    with storage.open_input(first) as src:
+        assert pq.ParquetFile(src).read().column("k").to_pylist() == [1, 2, 3]
+    # the files are where a local reader finds them: the same folder either way
+    assert (tmp_path / "wh/t1/data/txn_1/a.parquet").is_file()
+    assert storage.remove_file(first) and not storage.exists(first)
+    assert storage.remove_file(first)  # already gone: fine
+    assert storage.remove_tree(storage.child(storage.top, "t1"))
+    assert not (tmp_path / "wh/t1").exists()
+    assert storage.remove_tree(storage.child(storage.top, "t1"))  # already gone: fine
+
+
+@pytest.mark.parametrize("kind", ["local", "arrow"])
+def test_deletes_are_guarded_the_same_way(tmp_path: Path, kind: str) -> None:
+    storage = _storages(tmp_path)[kind == "arrow"]
+    mine, theirs = storage.child(storage.top, "mine"), storage.child(storage.top, "mine", "theirs")
+    storage.makedirs(theirs)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert not storage.remove_tree(storage.top)  # the root itself
+    assert not storage.remove_tree(mine, others=[theirs])  # holds another table
+    assert not storage.remove_tree(theirs, others=[mine])  # lies inside another table
+    escape = storage.child(storage.top, "..", "outside")
+    assert not storage.remove_tree(escape) and outside.is_dir()
+    out = outside if kind == "local" else f"file://{outside}"
+    assert not storage.remove_tree(out) and outside.is_dir()
+    assert (tmp_path / "wh/mine/theirs").is_dir()
+    assert storage.remove_tree(mine) and not (tmp_path / "wh/mine").exists()
+
+
+def test_through_pyarrow_nothing_touches_the_local_path_the_uri_names(tmp_path: Path) -> None:
+    """A `file:` root whose folder is not on this machine, its files in a tree standing in for the store: every
+    operation reaches the store through pyarrow, none the local disk at /nowhere."""
+    root = StorageRoot("file:///nowhere/wh", "file", None)
+    storage = WarehouseStorage(root, SubTreeFileSystem(str(tmp_path), LocalFileSystem()), "")
+    directory = storage.child(storage.top, "t", "data")
+    storage.makedirs(directory)
+    target = storage.child(directory, "a.parquet")
+    with storage.open_output(target) as out:
+        pq.write_table(pa.table({"k": [1]}), out)
+    storage.sync([target], directory)
+    assert storage.files(directory) == ["file:///nowhere/wh/t/data/a.parquet"]
+    assert (tmp_path / "t/data/a.parquet").is_file() and not Path("/nowhere").exists()
+    with storage.open_input(target) as src:
+        assert pq.read_table(src).num_rows == 1
+    assert storage.remove_tree(storage.child(storage.top, "t")) and not (tmp_path / "t").exists()
