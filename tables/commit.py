@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
@@ -54,7 +53,6 @@ from tables.partitions import (
     check_new,
     value_text,
 )
-from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
     DELETE_FILE_PREFIX,
@@ -72,6 +70,7 @@ from tables.rowsets import RowsetsChanged, file_partition, live_data_files, part
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
 from tables.versions import SharedTurnstile, SharedVersions
+from tables.warehouse import Location, sync_written
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +274,7 @@ class TableWriter:
                 if pending.files:
                     self._trim_snapshots(handle, turnstile)
         except BaseException:
-            remove_tree(pending.directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(pending.directory)
             # group members are the caller's to decide: an acknowledged async load is retried, not aborted
             self.abort(txn_id)
             raise
@@ -301,7 +300,7 @@ class TableWriter:
         if writing is not None:
             turnstile, version, directory = writing
             turnstile.done(version)
-            remove_tree(directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(directory)
         return True
 
     def _planned_table(self, db: str, table: str, txn_id: int, handle: TableHandle | None) -> TableHandle:
@@ -475,7 +474,7 @@ class TableWriter:
             f"version {current.schema_version} → {now}); no data was loaded, retry the load"
         )
         if self._txns.transition(txn_id, (PRECOMMITTED,), ABORTED, reason=reason):
-            remove_tree(directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(directory)
         latest = self._txns.get(txn_id)
         raise TxnStateError(latest.state if latest else UNKNOWN, latest.reason if latest else reason)
 
@@ -535,7 +534,7 @@ class TableWriter:
                 handle = self._catalog.load(txn.db, txn.table)
             except DorisError:
                 return
-            remove_tree(handle.location / "data" / f"txn_{txn_id}", [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(handle.location / "data" / f"txn_{txn_id}")
 
     def drop_table(self, db: str, table: str, *, if_exists: bool = False, force: bool = False) -> None:
         """DROP TABLE: Doris's refusal while a transaction of the table is COMMITTED and not yet visible
@@ -644,7 +643,7 @@ class TableWriter:
                 turnstile.last_metadata = handle.iceberg.metadata_location
             self._txns.set_state(txn_id, VISIBLE)
         except BaseException:
-            remove_tree(pending.directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(pending.directory)
             self._txns.set_state(txn_id, ABORTED)
             raise
 
@@ -680,7 +679,7 @@ class TableWriter:
                 if companion is not None:
                     # no snapshot of the table references its files any more: they go with its catalog entry
                     self._catalog.drop_temporary(handle)
-                    remove_tree(companion.location, [self._catalog.warehouse])
+                    self._catalog.storage.remove_tree(companion.place)
         finally:
             turnstile.done(version)
 
@@ -1094,19 +1093,10 @@ class _CachedMetadataTransaction(Transaction):
         return cached[2]
 
 
-def _fsync_files(files: list[str], directory: Path) -> None:
-    """Make the rowset durable before it is referenced: Spark does not fsync what it writes."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _fsync_files(files: list[str], directory: Location) -> None:
+    """Make the rowset durable before it is referenced: Spark does not fsync what it writes (a local warehouse's
+    files and directory are synced; through pyarrow a file is durable once written, `tables.warehouse`)."""
+    sync_written(files, directory)
 
 
 def _committed(handle: TableHandle, txn_id: int) -> bool:
@@ -1139,7 +1129,7 @@ def recover_prepared(catalog: Catalog, txns: TransactionStore, *, owner: str | N
         if handle is not None:
             committed = _committed(handle, txn.txn_id)
             if not committed:
-                remove_tree(handle.location / "data" / f"txn_{txn.txn_id}", [catalog.warehouse])
+                catalog.storage.remove_tree(handle.location / "data" / f"txn_{txn.txn_id}")
         txns.set_state(txn.txn_id, VISIBLE if committed else ABORTED)
         visible += committed
         aborted += not committed

@@ -41,6 +41,16 @@ Location = Path | str
 
 
 @dataclass(frozen=True)
+class Entry:
+    """One entry of a directory (`WarehouseStorage.entries`)."""
+
+    name: str
+    location: Location
+    is_dir: bool
+    mtime: float  # seconds since the epoch; 0 when the store does not say (an object store's "directory")
+
+
+@dataclass(frozen=True)
 class WarehouseStorage:
     """The warehouse root and how the server reaches its files (local calls, or `fs` under `base`)."""
 
@@ -140,6 +150,27 @@ class WarehouseStorage:
             if info.type == FileType.File and info.base_name.endswith(suffix)
         )
 
+    def entries(self, directory: Location) -> list[Entry]:
+        """What a directory holds, one level (none when it is missing): name, location, whether a directory,
+        modification time (seconds)."""
+        if isinstance(directory, Path):
+            if not directory.is_dir():
+                return []
+            return [Entry(p.name, p, p.is_dir(), p.stat().st_mtime) for p in sorted(directory.iterdir())]
+        from pyarrow.fs import FileSelector, FileType
+
+        assert self.fs is not None
+        infos = self.fs.get_file_info(FileSelector(self._path(directory), allow_not_found=True))
+        return [
+            Entry(
+                info.base_name,
+                self.child(directory, info.base_name),
+                info.type == FileType.Directory,
+                info.mtime.timestamp() if info.mtime is not None else 0.0,
+            )
+            for info in sorted(infos, key=lambda i: i.base_name)
+        ]
+
     def open_input(self, location: Location) -> NativeFile:
         """A readable, seekable file (what `pyarrow.parquet.ParquetFile` takes)."""
         if isinstance(location, Path):
@@ -175,22 +206,16 @@ class WarehouseStorage:
         Locally: fsync each file and the directory (Spark does not). Through pyarrow nothing: an object
         store's PUT is durable once it completes, and HDFS's close returns after the block is on its replicas.
         """
-        if not isinstance(directory, Path):
-            return
-        for path in files:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_written(files, directory)
 
     # -- deletes, through the guard -----------------------------------------------------------------------
-    def _guarded(self, location: str, others: Iterable[Location]) -> str:
+    def check_removable(self, location: str, *, others: Iterable[Location] = ()) -> str:
+        """`location` when the guard lets it be deleted: strictly inside the warehouse, overlapping no table of
+        `others`.
+
+        Raises:
+            UnsafePath: it does not.
+        """
         top = str(self.top)
         parts = location[len(top) :].split("/") if location.startswith(top + "/") else []
         if not [p for p in parts if p] or any(p in (".", "..") for p in parts):
@@ -208,7 +233,7 @@ class WarehouseStorage:
             local = [p for p in others if isinstance(p, Path)]
             return remove_tree(location, [*roots, *self._local_top()], others=local)
         try:
-            path = self._path(self._guarded(location, others))
+            path = self._path(self.check_removable(location, others=others))
         except UnsafePath as exc:
             log.warning("%s; the files are left in place", exc.message)
             return False
@@ -225,7 +250,7 @@ class WarehouseStorage:
             local = [p for p in others if isinstance(p, Path)]
             return remove_file(location, self._local_top(), others=local)
         try:
-            path = self._path(self._guarded(location, others))
+            path = self._path(self.check_removable(location, others=others))
         except UnsafePath as exc:
             log.warning("%s; the file is left in place", exc.message)
             return False
@@ -235,3 +260,20 @@ class WarehouseStorage:
         except FileNotFoundError:
             pass
         return True
+
+
+def sync_written(files: Iterable[Location], directory: Location) -> None:
+    """`WarehouseStorage.sync`: fsync local files and their directory; nothing for URIs (durable once written)."""
+    if not isinstance(directory, Path):
+        return
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

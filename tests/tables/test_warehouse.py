@@ -107,3 +107,38 @@ def test_through_pyarrow_nothing_touches_the_local_path_the_uri_names(tmp_path: 
     with storage.open_input(target) as src:
         assert pq.read_table(src).num_rows == 1
     assert storage.remove_tree(storage.child(storage.top, "t")) and not (tmp_path / "t").exists()
+
+
+def test_a_catalog_on_a_warehouse_through_pyarrow(tmp_path: Path) -> None:
+    """The catalog and housekeeping on a `file:` warehouse routed through pyarrow, as on a remote one: Iceberg
+    records `file://` URIs, the server's deletes (orphans, DROP) reach the files through the layer."""
+    import time
+
+    from sql.ddl import parse_create_table
+    from tables.catalog import Catalog
+    from tables.maintenance import remove_orphans
+
+    storage = WarehouseStorage.of(f"file://{tmp_path / 'wh'}", via_arrow=True)
+    catalog = Catalog(uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=storage)
+    catalog.create_database("d")
+    definition = parse_create_table("CREATE TABLE t (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k)", "d")
+    catalog.create_table(definition.definition)
+    handle = catalog.load("d", "t")
+    place = handle.place
+    assert isinstance(place, str) and place.startswith(f"file://{tmp_path}/wh/")
+    assert handle.iceberg.location() == place and catalog.table_locations() == {("d", "t"): place}
+    rows = pa.Table.from_pylist([{"k": 1, "v": 2}], schema=handle.iceberg.schema().as_arrow())
+    handle.iceberg.append(rows)
+    assert handle.iceberg.scan().to_arrow().select(["k", "v"]).to_pylist() == [{"k": 1, "v": 2}]
+
+    live = storage.files(storage.child(place, "data"), suffix=".parquet", recursive=True)
+    orphan = storage.child(place, "data", "txn_999", "part-0.parquet")
+    with storage.open_output(orphan) as out:
+        out.write(b"left by a crash")
+    removed = remove_orphans(handle, set(), grace_seconds=0, now=time.time() + 10)
+    assert removed == 1 and not storage.exists(orphan)
+    assert not storage.exists(storage.child(place, "data", "txn_999"))
+    assert storage.files(storage.child(place, "data"), suffix=".parquet", recursive=True) == live != []
+
+    catalog.drop_table("d", "t")
+    assert not storage.exists(place) and list((tmp_path / "wh").iterdir()) == []
