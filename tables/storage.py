@@ -113,9 +113,22 @@ def local_root(text: str | PurePath, *, setting: str) -> Path:
     """
     root = parse_root(text, setting=setting)
     if root.local is None:
+        why = _WHY_NOT_SERVED.get(setting, _WHY_NOT_SERVED["SL_SHARED_DIR"])
         raise StorageError(
-            f"{setting} {root.text!r}: {root.scheme}: storage is not served yet: the server stages bodies, keeps "
-            "its group-commit write-ahead log and writes small rowsets with local file calls; mount the storage "
-            "on every node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its path or a file: URI"
+            f"{setting} {root.text!r}: {root.scheme}: storage is not served yet: {why}; mount the storage on every "
+            "node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its path or a file: URI"
         )
     return root.local
+
+
+# why a remote root is refused, per setting (README "Run on a Spark cluster")
+_WHY_NOT_SERVED = {
+    # for good: an object store has no append, sync, hard link or atomic rename
+    "SL_SHARED_DIR": "the server stages bodies there and keeps its group-commit write-ahead log there, which "
+    "appends, syncs, hard-links and renames files",
+    # until the rest of the warehouse goes through tables/warehouse.py
+    "SL_WAREHOUSE": "the catalog, DROP, TRUNCATE and orphan cleanup reach a warehouse URI through pyarrow.fs "
+    "(tables/warehouse.py), but a load's rowset files (the small rowsets and position delete files the server "
+    "writes, the merge-on-write re-check's reads, compaction's and the bucket split's renames) are still local "
+    "file calls",
+}

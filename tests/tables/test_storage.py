@@ -78,6 +78,15 @@ def test_a_server_refuses_remote_storage_it_cannot_serve_yet(text: str) -> None:
         Settings(warehouse=text)
     assert f"SL_WAREHOUSE {text!r}: {text.split(':')[0]}: storage is not served yet" in str(refused.value)
     assert "mount the storage on every node" in str(refused.value)
+    assert "rowset files" in refused.value.errors()[0]["msg"]
+
+
+def test_the_shared_dir_is_a_posix_mount_for_its_write_ahead_log() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(shared_dir="s3a://bucket/shared")
+    message = refused.value.errors()[0]["msg"]
+    assert "SL_SHARED_DIR 's3a://bucket/shared': s3a: storage is not served yet" in message
+    assert "write-ahead log there, which appends, syncs, hard-links and renames files" in message
 
 
 def test_settings_map_file_uris_and_keep_paths_as_given(tmp_path: Path) -> None:
