@@ -60,11 +60,13 @@ def build_services(
     from tables.paths import remove_tree
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
+    from tables.rowsets import keep_uris
     from tables.source_paths import SourcePolicy
     from tables.store import PoolSizes, Store, is_postgresql, pool_options
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
     from tables.versions import SharedVersions
+    from tables.warehouse import WarehouseStorage
 
     # the data dir is the server's alone (SQLite catalog and stores, error logs): only this process reads it;
     # the shared dir holds every file a Spark executor reads or writes (on a cluster, every node mounts it)
@@ -97,9 +99,11 @@ def build_services(
     on_postgresql = is_postgresql(settings.resolved_catalog_uri)
     # on PostgreSQL, at most `catalog_pool_size` connections in all, shared out among the engines
     pools = PoolSizes.of(settings.catalog_pool_size) if on_postgresql else None
+    # a warehouse through pyarrow.fs records URIs, which the rowset code then keeps as they are (tables/warehouse.py)
+    keep_uris(settings.warehouse_via_arrow_fs)
     catalog = Catalog(
         uri=settings.resolved_catalog_uri,
-        warehouse=settings.resolved_warehouse,
+        warehouse=WarehouseStorage.of(settings.resolved_warehouse, via_arrow=settings.warehouse_via_arrow_fs),
         pool_size=pools.catalog if pools is not None else None,
     )
     # the store of everything the server remembers (tables/store.py): SQLite files in the data dir, or the

@@ -74,6 +74,11 @@ class Settings(BaseSettings):
         None,
         description="Warehouse folder, a path or a `file:` URI (as `shared_dir`); default: shared_dir/warehouse.",
     )
+    warehouse_via_arrow_fs: bool = Field(
+        False,
+        description="For tests: reach the (local) warehouse through pyarrow.fs with `file:` URIs given to Spark and "
+        "recorded in Iceberg, the code path a URI warehouse takes (`tables/warehouse.py`).",
+    )
     root_password: SecretStr = Field(
         SecretStr(""),
         description="Password of root and admin, set when the data dir is first used (SET PASSWORD changes it).",

@@ -53,7 +53,7 @@ from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotF
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
-from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
+from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, plain_path, table_rowsets
 from tables.store import lock_key, pool_options, report_unavailable
 from tables.warehouse import Location, WarehouseStorage
 
@@ -219,7 +219,7 @@ class TableHandle:
         if self.iceberg.current_snapshot() is None:
             return []
         return [
-            _plain_path(f.file_path)
+            plain_path(f.file_path)
             for f in live_data_files(self.iceberg)
             if f.record_count > 0 and may_hold(self.iceberg, f, wanted)
         ]

@@ -21,15 +21,19 @@ inside the root, not the root, overlapping no other table's location.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import logging
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from tables.paths import UnsafePath, remove_file, remove_tree
-from tables.storage import StorageRoot, parse_root
+from tables.storage import _URI, ARROW_SCHEMES, StorageRoot, parse_root
 
 if TYPE_CHECKING:
     from pyarrow import NativeFile
@@ -65,8 +69,8 @@ class WarehouseStorage:
             root = parse_root(root, setting="SL_WAREHOUSE")
         if root.local is not None and not via_arrow:
             return cls(root)
-        if root.local is not None:  # a local folder through pyarrow, named by its file:// URI
-            root = StorageRoot(root.local.as_uri(), "file", None)
+        if root.local is not None:  # a local folder through pyarrow, named as Spark names it (Hadoop's `file:/abs`)
+            root = StorageRoot(f"file:{root.local}", "file", None)
         fs, base = root.filesystem()
         return cls(root, fs, base.rstrip("/"))
 
@@ -97,10 +101,8 @@ class WarehouseStorage:
         """The location of a path Iceberg or Spark recorded (`file:` URIs of a local warehouse are paths)."""
         if self.is_local:
             return Path(uri.removeprefix("file://").removeprefix("file:")) if uri.startswith("file:") else Path(uri)
-        if uri.startswith("file:") and self.root.scheme == "file" and not uri.startswith("file://"):
-            return "file://" + uri.removeprefix("file:")  # Hadoop's file:/abs
-        if uri.startswith("/") and self.root.scheme == "file":
-            return "file://" + uri
+        if self.root.scheme == "file" and (uri.startswith(("file:", "/"))):
+            return hadoop_file_uri(uri)
         return uri
 
     def _local_top(self) -> list[Path]:
@@ -277,3 +279,148 @@ def sync_written(files: Iterable[Location], directory: Location) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- a location by itself: a `Path` is a local file, a `str` a URI (its filesystem named by its scheme) --------------
+# What the rowset writers and readers call: a load's directory and files are locations of the table's storage,
+# handed through Spark-side code without the storage object.
+
+
+@functools.cache
+def _filesystem(scheme: str, netloc: str) -> FileSystem:
+    """pyarrow's filesystem of a URI's scheme and host or bucket (one client each; S3 credentials from the usual
+    AWS environment, an `hdfs:` client through libhdfs)."""
+    from pyarrow.fs import FileSystem
+
+    fs, _ = FileSystem.from_uri(f"{ARROW_SCHEMES.get(scheme, scheme)}://{netloc}/")
+    return fs
+
+
+def _fs_path(location: str) -> tuple[FileSystem, str]:
+    parts = urlsplit(location)
+    if parts.scheme == "file":
+        from pyarrow.fs import LocalFileSystem
+
+        return LocalFileSystem(), unquote(parts.path)
+    path = parts.path if parts.scheme == "hdfs" else f"{parts.netloc}{parts.path}"
+    return _filesystem(parts.scheme, parts.netloc), path
+
+
+def hadoop_file_uri(text: str) -> str:
+    """A local path or any `file:` URI as Hadoop (Spark's `input_file_name()`) writes it: `file:/abs/path`."""
+    path = unquote(urlsplit(text).path) if text.startswith("file:") else text
+    return f"file:{path}"
+
+
+def arrow_path(location: Location) -> str:
+    """A location as `pyarrow.parquet`'s readers and writers take it (`s3a://` → `s3://`; a `file:` URI's path)."""
+    if isinstance(location, Path):
+        return str(location)
+    if location.startswith("file:"):
+        return unquote(urlsplit(location).path)
+    scheme = location.split(":", 1)[0].lower()
+    return ARROW_SCHEMES.get(scheme, scheme) + location[len(scheme) :]
+
+
+def as_location(text: str) -> Location:
+    """A path as a rowset's code holds it: a URI stays one (`file:/abs` included), anything else is a local path."""
+    return text if _URI.match(text) else Path(text)
+
+
+def name_of(location: Location) -> str:
+    return location.name if isinstance(location, Path) else location.rstrip("/").rsplit("/", 1)[-1]
+
+
+def parent_of(location: Location) -> Location:
+    return location.parent if isinstance(location, Path) else location.rstrip("/").rsplit("/", 1)[0]
+
+
+def child_of(location: Location, *names: str) -> Location:
+    if isinstance(location, Path):
+        return location.joinpath(*names)
+    return "/".join([location.rstrip("/"), *names])
+
+
+def make_dirs(location: Location, *, exist_ok: bool = True) -> None:
+    """Make a directory (and its parents); `exist_ok=False` refuses an existing local one (an object store has no
+    directories to find)."""
+    if isinstance(location, Path):
+        location.mkdir(parents=True, exist_ok=exist_ok)
+        return
+    fs, path = _fs_path(location)
+    fs.create_dir(path, recursive=True)
+
+
+def list_files(directory: Location, pattern: str = "*") -> list[Location]:
+    """The files directly in a directory whose names match `pattern` (a glob), sorted; none when it is missing."""
+    if isinstance(directory, Path):
+        return sorted(p for p in directory.glob(pattern) if p.is_file()) if directory.is_dir() else []
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, path = _fs_path(directory)
+    infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+    names = sorted(i.base_name for i in infos if i.type == FileType.File and fnmatch.fnmatchcase(i.base_name, pattern))
+    return [child_of(directory, n) for n in names]
+
+
+def list_dirs(directory: Location, pattern: str = "*") -> list[Location]:
+    """The directories directly in a directory whose names match `pattern`, sorted."""
+    if isinstance(directory, Path):
+        return sorted(p for p in directory.glob(pattern) if p.is_dir()) if directory.is_dir() else []
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, path = _fs_path(directory)
+    infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+    names = sorted(i.base_name for i in infos if i.type == FileType.Directory and fnmatch.fnmatch(i.base_name, pattern))
+    return [child_of(directory, n) for n in names]
+
+
+def move(source: Location, target: Location) -> None:
+    """Rename a file (an object store copies it and deletes the source)."""
+    if isinstance(source, Path) and isinstance(target, Path):
+        source.rename(target)
+        return
+    fs, path = _fs_path(str(source))
+    fs.move(path, _fs_path(str(target))[1])
+
+
+def file_size(location: Location) -> int:
+    if isinstance(location, Path):
+        return location.stat().st_size
+    fs, path = _fs_path(location)
+    return int(fs.get_file_info(path).size or 0)
+
+
+def file_stamp(location: Location) -> tuple[int, int, int]:
+    """What tells one version of a file from another (inode, modification time in ns, size): a two-phase commit
+    stamps its files' version in place. A store without inodes says 0 for it."""
+    if isinstance(location, Path):
+        st = location.stat()
+        return st.st_ino, st.st_mtime_ns, st.st_size
+    fs, path = _fs_path(location)
+    info = fs.get_file_info(path)
+    return 0, int(info.mtime_ns or 0), int(info.size or 0)
+
+
+def delete_file(location: Location) -> None:
+    """Remove one file the caller wrote (a missing one is fine)."""
+    if isinstance(location, Path):
+        location.unlink(missing_ok=True)
+        return
+    fs, path = _fs_path(location)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_dir(location: Location) -> None:
+    """Remove a directory the caller's own job wrote (Spark's partition folders), whatever it holds."""
+    if isinstance(location, Path):
+        shutil.rmtree(location, ignore_errors=True)
+        return
+    fs, path = _fs_path(location)
+    try:
+        fs.delete_dir(path)
+    except FileNotFoundError:
+        pass

@@ -41,7 +41,7 @@ FULL_ANSWERS = {
 }
 
 
-def _settings(root: Path, *, uris: bool) -> Any:
+def _settings(root: Path, *, uris: bool, arrow: bool = False) -> Any:
     from app.settings import Settings
 
     shared, warehouse = root / "shared", root / "wh"
@@ -53,6 +53,7 @@ def _settings(root: Path, *, uris: bool) -> Any:
         compaction_interval_seconds=0,
         csv_inline_max_bytes=1024,
         csv_parquet_min_bytes=4096,
+        warehouse_via_arrow_fs=arrow,
     )
 
 
@@ -69,8 +70,11 @@ def in_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _run(spark: Any, settings: Any) -> Iterator[DorisClient]:
     from app.main import create_app
 
-    with serving(create_app(settings, spark=spark), settings=settings) as (url,):
-        yield DorisClient(url)
+    app = create_app(settings, spark=spark)
+    with serving(app, settings=settings) as (url,):
+        doris = DorisClient(url)
+        doris.app = app  # type: ignore[attr-defined]
+        yield doris
 
 
 def _until(check: Any, timeout: float = 60) -> Any:
@@ -139,13 +143,17 @@ def _files(root: Path) -> set[Path]:
     return {p for p in root.rglob("*") if p.is_file()}
 
 
-def _check(spark: Any, root: Path, cwd: Path, caplog: pytest.LogCaptureFixture, *, uris: bool, full: bool) -> None:
+def _check(
+    spark: Any, root: Path, cwd: Path, caplog: pytest.LogCaptureFixture, *, uris: bool, full: bool, arrow: bool = False
+) -> None:
     answers = FULL_ANSWERS if full else ANSWERS
     expected = {name: rows for name, (_, rows) in answers.items()}
-    with _run(spark, _settings(root, uris=uris)) as doris:
+    with _run(spark, _settings(root, uris=uris, arrow=arrow)) as doris:
         _workload(doris, caplog, full=full)
         assert _answers(doris, answers) == expected
-    with _run(spark, _settings(root, uris=uris)) as doris:  # a restart on the same settings
+        if arrow:
+            _orphans_go(doris, root / "wh")
+    with _run(spark, _settings(root, uris=uris, arrow=arrow)) as doris:  # a restart on the same settings
         assert _answers(doris, answers) == expected
         assert_doris_result(doris.stream_load("d", "one", "8,eight\n", CSV), loaded=1)
         assert doris.rows("d", "SELECT * FROM one ORDER BY k") == [[7, "seven"], [8, "eight"]]
@@ -160,6 +168,35 @@ def _check(spark: Any, root: Path, cwd: Path, caplog: pytest.LogCaptureFixture, 
     assert not (root / "shared" / "warehouse").exists()
     tables = {p.relative_to(root / "wh").parts[0] for p in warehouse if p.suffix == ".parquet"}
     assert len(tables) >= len(answers) - (1 if full else 0)  # a location per table with rows (`emptied` aside)
+    if arrow:  # Iceberg recorded the URIs Spark was given (Hadoop's `file:/abs`), metadata and data files alike
+        from tables.catalog import Catalog
+        from tables.rowsets import live_data_files
+
+        handle = Catalog(uri=f"sqlite:///{root / 'data' / 'catalog.db'}", warehouse=root / "wh").load("d", "big")
+        assert handle.iceberg.metadata_location.startswith(f"file:{root / 'wh'}/")
+        assert all(f.file_path.startswith(f"file:{root / 'wh'}/") for f in live_data_files(handle.iceberg))
+
+
+def _orphans_go(doris: DorisClient, warehouse: Path) -> None:
+    """Maintenance through pyarrow.fs removes a crashed load's files and keeps the live ones."""
+    import os
+
+    from tables.maintenance import run_maintenance
+
+    orphan = next(p for p in warehouse.rglob("*.parquet") if "/data/txn_" in str(p)).parent.parent / "txn_999999"
+    orphan.mkdir()
+    (orphan / "part-0.parquet").write_bytes(b"left by a crash")
+    old = time.time() - 3600
+    os.utime(orphan / "part-0.parquet", (old, old))
+    services = doris.app.state.services  # type: ignore[attr-defined]
+    report = run_maintenance(
+        services.catalog,
+        services.txns,
+        staging=services.settings.staging_dir,
+        grace_seconds=60,
+        snapshot_keep_seconds=3600,
+    )
+    assert report.files_removed >= 1 and not (orphan / "part-0.parquet").exists()
 
 
 def test_shared_dir_and_warehouse_given_as_file_uris(
@@ -169,8 +206,12 @@ def test_shared_dir_and_warehouse_given_as_file_uris(
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("uris", [True, False], ids=["file-uris", "plain-paths"])
+@pytest.mark.parametrize(
+    ("uris", "arrow"), [(True, False), (False, False), (True, True)], ids=["file-uris", "plain-paths", "via-arrow-fs"]
+)
 def test_every_load_kind_and_statement_on_file_uris_answers_as_on_plain_paths(
-    spark: Any, tmp_path: Path, in_cwd: Path, caplog: pytest.LogCaptureFixture, uris: bool
+    spark: Any, tmp_path: Path, in_cwd: Path, caplog: pytest.LogCaptureFixture, uris: bool, arrow: bool
 ) -> None:
-    _check(spark, tmp_path / "server", in_cwd, caplog, uris=uris, full=True)
+    """`via-arrow-fs`: the warehouse through pyarrow.fs with `file:` URIs given to Spark and recorded in Iceberg
+    (`SL_WAREHOUSE_VIA_ARROW_FS`), the code path of an `s3a://` or `hdfs://` warehouse."""
+    _check(spark, tmp_path / "server", in_cwd, caplog, uris=uris, full=True, arrow=arrow)

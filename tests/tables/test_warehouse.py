@@ -33,10 +33,10 @@ def test_through_pyarrow_locations_are_uris_given_to_spark_and_iceberg_as_they_a
     storage = WarehouseStorage.of(f"file://{tmp_path}", via_arrow=True)
     assert not storage.is_local
     table = storage.child(storage.top, "abc", "data", "txn_7")
-    assert table == f"file://{tmp_path}/abc/data/txn_7" == storage.uri(table)
-    # what Iceberg recorded and what Spark reports (Hadoop's file:/abs) name the same location
-    assert storage.location(f"file://{tmp_path}/abc/x.parquet") == f"file://{tmp_path}/abc/x.parquet"
-    assert storage.location(f"file:{tmp_path}/abc/x.parquet") == f"file://{tmp_path}/abc/x.parquet"
+    # Hadoop's form, as Spark reports a file it read (`input_file_name()`): recorded and reported paths match
+    assert table == f"file:{tmp_path}/abc/data/txn_7" == storage.uri(table)
+    assert storage.location(f"file://{tmp_path}/abc/x.parquet") == f"file:{tmp_path}/abc/x.parquet"
+    assert storage.location(f"file:{tmp_path}/abc/x.parquet") == f"file:{tmp_path}/abc/x.parquet"
 
 
 def test_a_remote_root_maps_s3a_to_pyarrows_s3_and_keeps_the_uri_for_spark() -> None:
@@ -85,7 +85,7 @@ def test_deletes_are_guarded_the_same_way(tmp_path: Path, kind: str) -> None:
     assert not storage.remove_tree(theirs, others=[mine])  # lies inside another table
     escape = storage.child(storage.top, "..", "outside")
     assert not storage.remove_tree(escape) and outside.is_dir()
-    out = outside if kind == "local" else f"file://{outside}"
+    out = outside if kind == "local" else f"file:{outside}"
     assert not storage.remove_tree(out) and outside.is_dir()
     assert (tmp_path / "wh/mine/theirs").is_dir()
     assert storage.remove_tree(mine) and not (tmp_path / "wh/mine").exists()
@@ -125,7 +125,7 @@ def test_a_catalog_on_a_warehouse_through_pyarrow(tmp_path: Path) -> None:
     catalog.create_table(definition.definition)
     handle = catalog.load("d", "t")
     place = handle.place
-    assert isinstance(place, str) and place.startswith(f"file://{tmp_path}/wh/")
+    assert isinstance(place, str) and place.startswith(f"file:{tmp_path}/wh/")
     assert handle.iceberg.location() == place and catalog.table_locations() == {("d", "t"): place}
     rows = pa.Table.from_pylist([{"k": 1, "v": 2}], schema=handle.iceberg.schema().as_arrow())
     handle.iceberg.append(rows)
