@@ -66,7 +66,6 @@ def build_services(
     from tables.transactions import TransactionStore
     from tables.twophase import TwoPhase
     from tables.versions import SharedVersions
-    from tables.warehouse import WarehouseStorage
 
     # the data dir is the server's alone (SQLite catalog and stores, error logs): only this process reads it;
     # the shared dir holds every file a Spark executor reads or writes (on a cluster, every node mounts it)
@@ -100,10 +99,11 @@ def build_services(
     # on PostgreSQL, at most `catalog_pool_size` connections in all, shared out among the engines
     pools = PoolSizes.of(settings.catalog_pool_size) if on_postgresql else None
     # a warehouse through pyarrow.fs records URIs, which the rowset code then keeps as they are (tables/warehouse.py)
-    keep_uris(settings.warehouse_via_arrow_fs)
+    warehouse = settings.warehouse_storage()
+    keep_uris(not warehouse.is_local)
     catalog = Catalog(
         uri=settings.resolved_catalog_uri,
-        warehouse=WarehouseStorage.of(settings.resolved_warehouse, via_arrow=settings.warehouse_via_arrow_fs),
+        warehouse=warehouse,
         pool_size=pools.catalog if pools is not None else None,
     )
     # the store of everything the server remembers (tables/store.py): SQLite files in the data dir, or the
@@ -184,7 +184,7 @@ def build_services(
     server_roots = [
         data_dir,
         shared_dir,
-        settings.resolved_warehouse,
+        *([settings.resolved_warehouse] if settings.warehouse_uri is None else []),
         *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
     ]
     broker_loads = BrokerLoads(

@@ -8,13 +8,13 @@ a local folder: the server reads and writes it with the same local-file code as 
 whose default filesystem is the local one, reads and writes the same files. On a cluster every node mounts it at
 the same path.
 
-`hdfs://`, `s3a://` and `s3://` roots are parsed here (`StorageRoot.spark_uri` is what Spark would be given, as
-written; `StorageRoot.arrow_uri` what `pyarrow.fs.FileSystem.from_uri` would be given: pyarrow names S3 `s3`, so
-`s3a://` maps to `s3://`; `hdfs://` stays), but the server refuses them at start (`local_root`): the server's own
-file operations on those roots (staging a body, the group-commit write-ahead log with its hard links and fsyncs,
-the rowsets and delete files it writes and reads itself, maintenance) are local-file calls, and a URI taken for a
-path would be a relative folder named `hdfs:`. Mount such storage on every node as a POSIX filesystem (NFS, EFS, a
-cluster filesystem: appends, renames, hard links, fsync) and give its path. Any other scheme is refused as well.
+`hdfs://`, `s3a://` and `s3://` roots are parsed here (`StorageRoot.spark_uri` is what Spark is given, as
+written; `StorageRoot.arrow_uri` what `pyarrow.fs.FileSystem.from_uri` is given: pyarrow names S3 `s3`, so
+`s3a://` maps to `s3://`; `hdfs://` stays). A warehouse may be such a root: the server reaches its files through
+`tables/warehouse.py` (untested here: no S3 or HDFS; its code path is tested on `file:` through pyarrow). The
+shared dir may not (`local_root`): the server stages bodies there and keeps the group-commit write-ahead log
+there, which appends, syncs, hard-links and renames files, which an object store cannot; mount such storage on
+every node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its path. Any other scheme is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
 
 LOCAL_SCHEMES = frozenset({"file"})
-# parsed and mapped, not served yet (see the module docstring)
+# a warehouse's, through pyarrow.fs (see the module docstring)
 REMOTE_SCHEMES = frozenset({"hdfs", "s3a", "s3"})
 # pyarrow's name of a scheme where it differs from Hadoop's (Spark's)
 ARROW_SCHEMES = {"s3a": "s3"}
@@ -101,34 +101,23 @@ def parse_root(text: str | PurePath, *, setting: str) -> StorageRoot:
         return StorageRoot(text, scheme, None)
     raise StorageError(
         f"{setting} {text!r}: unsupported scheme {scheme!r}; give a path, a file: URI "
-        "(or hdfs:, s3a:, s3:, which this server does not serve yet)"
+        "(or, for the warehouse, hdfs:, s3a:, s3:)"
     )
 
 
 def local_root(text: str | PurePath, *, setting: str) -> Path:
-    """The local folder a path or `file:` URI names, for a server that reads and writes it with local-file calls.
+    """The local folder a path or `file:` URI names, for a root the server reads and writes with local-file calls
+    (the shared dir).
 
     Raises:
-        StorageError: as `parse_root`; and for an `hdfs:`, `s3a:` or `s3:` root, which the server does not serve yet.
+        StorageError: as `parse_root`; and for an `hdfs:`, `s3a:` or `s3:` root.
     """
     root = parse_root(text, setting=setting)
     if root.local is None:
-        why = _WHY_NOT_SERVED.get(setting, _WHY_NOT_SERVED["SL_SHARED_DIR"])
         raise StorageError(
-            f"{setting} {root.text!r}: {root.scheme}: storage is not served yet: {why}; mount the storage on every "
-            "node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its path or a file: URI"
+            f"{setting} {root.text!r}: {root.scheme}: storage cannot hold it: the server stages bodies there "
+            "and keeps its group-commit write-ahead log there, which appends, syncs, hard-links and renames files; "
+            "mount the storage on every node as a POSIX filesystem (NFS, EFS, a cluster filesystem) and give its "
+            "path or a file: URI"
         )
     return root.local
-
-
-# why a remote root is refused, per setting (README "Run on a Spark cluster")
-_WHY_NOT_SERVED = {
-    # for good: an object store has no append, sync, hard link or atomic rename
-    "SL_SHARED_DIR": "the server stages bodies there and keeps its group-commit write-ahead log there, which "
-    "appends, syncs, hard-links and renames files",
-    # until the rest of the warehouse goes through tables/warehouse.py
-    "SL_WAREHOUSE": "the catalog, DROP, TRUNCATE and orphan cleanup reach a warehouse URI through pyarrow.fs "
-    "(tables/warehouse.py), but a load's rowset files (the small rowsets and position delete files the server "
-    "writes, the merge-on-write re-check's reads, compaction's and the bucket split's renames) are still local "
-    "file calls",
-}

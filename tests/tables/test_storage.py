@@ -72,20 +72,20 @@ def test_bad_uris_are_refused_naming_the_setting_and_the_reason(text: str, reaso
     assert refused.value.message.startswith(f"SL_SHARED_DIR {text!r}: ") and reason in refused.value.message
 
 
-@pytest.mark.parametrize("text", ["hdfs://namenode:8020/doris", "s3a://bucket/shared", "s3://bucket/shared"])
-def test_a_server_refuses_remote_storage_it_cannot_serve_yet(text: str) -> None:
-    with pytest.raises(ValidationError) as refused:
-        Settings(warehouse=text)
-    assert f"SL_WAREHOUSE {text!r}: {text.split(':')[0]}: storage is not served yet" in str(refused.value)
-    assert "mount the storage on every node" in str(refused.value)
-    assert "rowset files" in refused.value.errors()[0]["msg"]
+@pytest.mark.parametrize("text", ["hdfs://namenode:8020/doris", "s3a://bucket/wh", "s3://bucket/wh"])
+def test_a_warehouse_uri_is_passed_through_as_written(text: str) -> None:
+    settings = Settings(warehouse=text)
+    assert settings.warehouse == settings.warehouse_uri == text
+    with pytest.raises(ValueError, match="not a local folder"):
+        _ = settings.resolved_warehouse
 
 
 def test_the_shared_dir_is_a_posix_mount_for_its_write_ahead_log() -> None:
     with pytest.raises(ValidationError) as refused:
         Settings(shared_dir="s3a://bucket/shared")
     message = refused.value.errors()[0]["msg"]
-    assert "SL_SHARED_DIR 's3a://bucket/shared': s3a: storage is not served yet" in message
+    assert "SL_SHARED_DIR 's3a://bucket/shared': s3a: storage cannot hold it" in message
+    assert "mount the storage on every node" in message
     assert "write-ahead log there, which appends, syncs, hard-links and renames files" in message
 
 
@@ -106,6 +106,6 @@ def test_the_server_exits_at_start_naming_a_storage_setting_it_refuses(tmp_path:
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "error: SL_SHARED_DIR 'ftp://host/shared': unsupported scheme 'ftp'; give a path, a file: URI "
-        "(or hdfs:, s3a:, s3:, which this server does not serve yet)"
+        "(or, for the warehouse, hdfs:, s3a:, s3:)"
     )
     assert not (tmp_path / "data").exists()
