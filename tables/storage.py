@@ -36,7 +36,7 @@ REMOTE_SCHEMES = frozenset({"hdfs", "s3a", "s3"})
 # pyarrow's name of a scheme where it differs from Hadoop's (Spark's)
 ARROW_SCHEMES = {"s3a": "s3"}
 # `scheme:/...`: a URI; anything else (a relative `a:b` included) is a path
-_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
+URI_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
 
 
 class StorageError(DorisError):
@@ -79,7 +79,7 @@ def parse_root(text: str | PurePath, *, setting: str) -> StorageRoot:
     """
     if isinstance(text, PurePath):
         return StorageRoot(str(text), "", Path(text).expanduser().resolve())
-    match = _URI.match(text)
+    match = URI_PREFIX.match(text)
     if match is None:
         if text[:5].lower() == "file:":
             raise StorageError(f"{setting} {text!r}: a file: URI names an absolute path (file:///abs/path)")

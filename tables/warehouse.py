@@ -1,22 +1,21 @@
 """The warehouse's storage: the server's own file operations on warehouse files, on a local folder or a URI.
 
-    WarehouseStorage.of(root)            today's local code path (a plain path or a `file:` URI's folder)
+    WarehouseStorage.of(root)            a plain path or a `file:` URI's folder: today's local calls
     WarehouseStorage.of(root, via_arrow=True)
-                                         the same folder through `pyarrow.fs` with `file://` URIs (what a remote
-                                         root uses; how that code path is tested here)
-    WarehouseStorage.of(remote_root)     `s3a://`, `s3://`, `hdfs://` through `pyarrow.fs` (not served yet: the
-                                         settings refuse such a warehouse at start, see README "Run on a Spark
-                                         cluster")
+                                         the same folder through `pyarrow.fs`, named `file:/abs` as Hadoop (Spark)
+                                         names it (`SL_WAREHOUSE_VIA_ARROW_FS`: how the URI code path is tested)
+    WarehouseStorage.of(remote_root)     `s3a://`, `s3://`, `hdfs://` through `pyarrow.fs` (untested here)
 
-Every operation takes a location as the server holds it: a `Path` for a local warehouse, a URI (`str`) for one
-through pyarrow; `uri(location)` is what Spark is given and Iceberg records (`file:///abs` for a local one, as
-before; the URI as written, `s3a://bucket/wh/...`, for a remote one), and `location(uri)` maps a recorded path
-back.
+A location is a `Path` for a local warehouse and a URI (`str`) for one through pyarrow. `uri(location)` is what
+Iceberg records (`file:///abs` for a table of a local warehouse, as before; the URI as written otherwise) and
+`location(uri)` maps a recorded path back. The storage object serves the catalog and housekeeping (existence,
+listing, guarded deletes); the module-level functions below take a location alone (a URI names its filesystem)
+and serve the rowset code, which hands a load's directory through Spark-side functions.
 
 A local warehouse keeps today's calls exactly (`os.fsync`, `shutil.rmtree` through the guard of
 `tables.paths`): no per-load cost. Through pyarrow a file is durable when its write completes (an object store's
-PUT, HDFS's close), so `sync` does nothing there, and deletes are guarded the same way on the URI: strictly
-inside the root, not the root, overlapping no other table's location.
+PUT, HDFS's close), so `sync` does nothing there; a rename is a copy and a delete on an object store; deletes are
+guarded the same way on the URI: strictly inside the root, not the root, no `..`, overlapping no other table.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from tables.paths import UnsafePath, remove_file, remove_tree
-from tables.storage import _URI, ARROW_SCHEMES, StorageRoot, parse_root
+from tables.storage import ARROW_SCHEMES, URI_PREFIX, StorageRoot, parse_root
 
 if TYPE_CHECKING:
     from pyarrow import NativeFile
@@ -94,7 +93,7 @@ class WarehouseStorage:
         return "/".join([location.rstrip("/"), *names])
 
     def uri(self, location: Location) -> str:
-        """What Spark is given and Iceberg records: `file:///abs` for a local location, a URI as it is."""
+        """What Iceberg records: `file:///abs` for a local location, a URI as it is."""
         return f"file://{location}" if isinstance(location, Path) else location
 
     def location(self, uri: str) -> Location:
@@ -324,7 +323,7 @@ def arrow_path(location: Location) -> str:
 
 def as_location(text: str) -> Location:
     """A path as a rowset's code holds it: a URI stays one (`file:/abs` included), anything else is a local path."""
-    return text if _URI.match(text) else Path(text)
+    return text if URI_PREFIX.match(text) else Path(text)
 
 
 def name_of(location: Location) -> str:

@@ -142,3 +142,46 @@ def test_a_catalog_on_a_warehouse_through_pyarrow(tmp_path: Path) -> None:
 
     catalog.drop_table("d", "t")
     assert not storage.exists(place) and list((tmp_path / "wh").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["local", "arrow"])
+def test_a_location_alone_names_its_filesystem(tmp_path: Path, kind: str) -> None:
+    """What the rowset code calls with a load's directory: the same on a local path and a `file:/abs` URI."""
+    from tables.warehouse import (
+        arrow_path,
+        as_location,
+        child_of,
+        delete_dir,
+        delete_file,
+        file_size,
+        file_stamp,
+        list_dirs,
+        list_files,
+        make_dirs,
+        move,
+        name_of,
+        parent_of,
+    )
+
+    top = as_location(str(tmp_path) if kind == "local" else f"file:{tmp_path}")
+    assert isinstance(top, Path) == (kind == "local")
+    directory = child_of(top, "data", "txn_3")
+    make_dirs(child_of(directory, "__sl_bucket=1"))
+    first = child_of(directory, "__sl_bucket=1", "part-0.parquet")
+    pq.write_table(pa.table({"k": [1, 2]}), arrow_path(first))
+    assert list_dirs(directory, "__sl_bucket=*") == [parent_of(first)]
+    assert (
+        name_of(first) == "part-0.parquet"
+        and file_size(first) == (tmp_path / "data/txn_3/__sl_bucket=1/part-0.parquet").stat().st_size
+    )
+    moved = child_of(directory, "b1-part-0.parquet")
+    move(first, moved)
+    delete_dir(parent_of(first))
+    assert list_files(directory, "*.parquet") == [moved] and list_dirs(directory) == []
+    assert pq.read_table(arrow_path(moved)).num_rows == 2 and file_stamp(moved)[2] == file_size(moved)
+    delete_file(moved)
+    delete_file(moved)  # already gone: fine
+    assert list_files(directory) == [] and list_files(child_of(top, "missing")) == []
+    if kind == "arrow":
+        assert str(moved) == f"file:{tmp_path}/data/txn_3/b1-part-0.parquet"
+        assert arrow_path("s3a://bucket/wh/x.parquet") == "s3://bucket/wh/x.parquet"
