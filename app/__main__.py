@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     if (problem := settings.exposure_problem()) is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    if settings.warehouse_uri is not None:  # a remote warehouse pyarrow cannot reach (no libhdfs, say): one line
+        from tables.storage import StorageError
+
+        try:
+            settings.warehouse_storage()
+        except StorageError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
     # one line per record on stderr, next to uvicorn's: the structured `app.load` lines go here
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from tables.paths import UnsafePath, remove_file, remove_tree
-from tables.storage import ARROW_SCHEMES, URI_PREFIX, StorageRoot, parse_root
+from tables.storage import ARROW_SCHEMES, URI_PREFIX, StorageError, StorageRoot, parse_root
 
 if TYPE_CHECKING:
     from pyarrow import NativeFile
@@ -70,7 +70,15 @@ class WarehouseStorage:
             return cls(root)
         if root.local is not None:  # a local folder through pyarrow, named as Spark names it (Hadoop's `file:/abs`)
             root = StorageRoot(f"file:{root.local}", "file", None)
-        fs, base = root.filesystem()
+        try:
+            fs, base = root.filesystem()
+        except (OSError, ValueError) as exc:  # no libhdfs / JVM, no S3 region or credentials (pyarrow's errors)
+            first = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+            raise StorageError(
+                f"SL_WAREHOUSE {root.text!r}: pyarrow cannot reach it ({first}); an hdfs: warehouse needs a Hadoop "
+                "client with libhdfs on the server, an s3a:/s3: one the AWS environment (README 'Run on a Spark "
+                "cluster')"
+            ) from exc
         return cls(root, fs, base.rstrip("/"))
 
     # -- names ------------------------------------------------------------------------------------------

@@ -109,3 +109,16 @@ def test_the_server_exits_at_start_naming_a_storage_setting_it_refuses(tmp_path:
         "(or, for the warehouse, hdfs:, s3a:, s3:)"
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_the_server_exits_at_start_on_a_warehouse_pyarrow_cannot_reach(tmp_path: Path) -> None:
+    """No libhdfs here: an hdfs: warehouse is passed through, and the server says at start why it cannot use it."""
+    env = {**os.environ, "SL_WAREHOUSE": "hdfs://namenode:8020/wh", "SL_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, "-m", "app"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: SL_WAREHOUSE 'hdfs://namenode:8020/wh': pyarrow cannot reach it ("), (
+        done.stderr
+    )
+    assert "libhdfs" in done.stderr and len(done.stderr.strip().splitlines()) == 1

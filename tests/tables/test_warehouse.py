@@ -185,3 +185,13 @@ def test_a_location_alone_names_its_filesystem(tmp_path: Path, kind: str) -> Non
     if kind == "arrow":
         assert str(moved) == f"file:{tmp_path}/data/txn_3/b1-part-0.parquet"
         assert arrow_path("s3a://bucket/wh/x.parquet") == "s3://bucket/wh/x.parquet"
+
+
+def test_a_remote_warehouse_pyarrow_cannot_reach_is_refused_naming_what_it_needs() -> None:
+    """No libhdfs here: an `hdfs:` warehouse is refused at start with the reason, not a traceback."""
+    from tables.storage import StorageError
+
+    with pytest.raises(StorageError) as refused:
+        WarehouseStorage.of("hdfs://namenode:8020/wh")
+    assert refused.value.message.startswith("SL_WAREHOUSE 'hdfs://namenode:8020/wh': pyarrow cannot reach it (")
+    assert "libhdfs" in refused.value.message
