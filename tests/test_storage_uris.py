@@ -2,7 +2,8 @@
 `file:///<tmp>/wh` runs every kind of load and statement that writes files, and serves the same answers as a
 server given plain paths (the `full` run checks that one too), across a restart; every file it writes lies in
 those two folders or its data dir (a URI taken for a path would be a folder named `file:` under the working
-directory)."""
+directory). The `full` run also routes the warehouse through pyarrow.fs (`SL_WAREHOUSE_VIA_ARROW_FS`), the code path
+of an `s3a://` or `hdfs://` warehouse: the same answers, Iceberg recording `file:/abs` URIs, orphans removed."""
 
 from __future__ import annotations
 
