@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    from pydantic import ValidationError
+
     from app.connections import server_config
     from app.lifecycle import DrainingServer
     from app.main import create_app
@@ -47,10 +49,23 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:  # a setting no server can run with (SL_SHARED_DIR's scheme, say): one line each
+        for error in exc.errors():
+            print(f"error: {error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
     if (problem := settings.exposure_problem()) is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    if settings.warehouse_uri is not None:  # a remote warehouse pyarrow cannot reach (no libhdfs, say): one line
+        from tables.storage import StorageError
+
+        try:
+            settings.warehouse_storage()
+        except StorageError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
     # one line per record on stderr, next to uvicorn's: the structured `app.load` lines go here
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)

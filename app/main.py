@@ -60,6 +60,7 @@ def build_services(
     from tables.paths import remove_tree
     from tables.pause import PausePoints
     from tables.routine_load import STORE_FORMAT, RoutineLoadStore
+    from tables.rowsets import keep_uris
     from tables.source_paths import SourcePolicy
     from tables.store import PoolSizes, Store, is_postgresql, pool_options
     from tables.transactions import TransactionStore
@@ -97,9 +98,12 @@ def build_services(
     on_postgresql = is_postgresql(settings.resolved_catalog_uri)
     # on PostgreSQL, at most `catalog_pool_size` connections in all, shared out among the engines
     pools = PoolSizes.of(settings.catalog_pool_size) if on_postgresql else None
+    # a warehouse through pyarrow.fs records URIs, which the rowset code then keeps as they are (tables/warehouse.py)
+    warehouse = settings.warehouse_storage()
+    keep_uris(not warehouse.is_local)
     catalog = Catalog(
         uri=settings.resolved_catalog_uri,
-        warehouse=settings.resolved_warehouse,
+        warehouse=warehouse,
         pool_size=pools.catalog if pools is not None else None,
     )
     # the store of everything the server remembers (tables/store.py): SQLite files in the data dir, or the
@@ -180,7 +184,7 @@ def build_services(
     server_roots = [
         data_dir,
         shared_dir,
-        settings.resolved_warehouse,
+        *([settings.resolved_warehouse] if settings.warehouse_uri is None else []),
         *([settings.kafka_cert_dir] if settings.kafka_cert_dir else []),
     ]
     broker_loads = BrokerLoads(

@@ -5,12 +5,34 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import socket
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tables.load_spec import InputLimits
+from tables.storage import StorageError, local_root, parse_root
+from tables.warehouse import WarehouseStorage
+
+
+def _storage_root(setting: str, *, remote: bool = False) -> BeforeValidator:
+    """A shared dir or warehouse: a plain path as given, a `file:` URI as its folder; with `remote`, an `hdfs:`,
+    `s3a:` or `s3:` URI as written (a `str`); other URIs are refused with the reason (`tables/storage.py`)."""
+
+    def parse(value: object) -> object:
+        if value is None or not isinstance(value, str | PurePath):
+            return value
+        if isinstance(value, PurePath) or (":/" not in value and value[:5].lower() != "file:"):
+            return Path(value)
+        try:
+            if remote and (root := parse_root(value, setting=setting)).local is None:
+                return root.text
+            return local_root(value, setting=setting)
+        except StorageError as exc:
+            raise ValueError(exc.message) from None
+
+    return BeforeValidator(parse)
 
 
 class Settings(BaseSettings):
@@ -25,11 +47,13 @@ class Settings(BaseSettings):
         description="Holds the catalog, transactions, labels and error logs (read by the server alone); also the "
         "shared dir's files unless `shared_dir` is set.",
     )
-    shared_dir: Path | None = Field(
+    shared_dir: Annotated[Path | None, _storage_root("SL_SHARED_DIR")] = Field(
         None,
-        description="Folder every Spark node mounts at the same path (NFS, EFS, a cluster filesystem): staged "
-        "bodies, the files a load splits, group-commit payloads and, by default, the warehouse: every file an "
-        "executor reads or writes. Default: data_dir (enough for a local master).",
+        description="Folder every Spark node mounts at the same path (NFS, EFS, a cluster filesystem), as a path "
+        "or a `file:` URI (`file:///mnt/shared`): staged bodies, the files a load splits, group-commit payloads "
+        "and, by default, the warehouse: every file an executor reads or writes. Default: data_dir (enough for a "
+        "local master). `hdfs:`, `s3a:` and `s3:` URIs are refused at start (the group-commit write-ahead log "
+        "appends, syncs and hard-links files).",
     )
     spark_master: str = Field(
         "local[*]",
@@ -50,7 +74,16 @@ class Settings(BaseSettings):
         "master restarted) before a new session is built.",
     )
     catalog_uri: str | None = Field(None, description="SQL catalog URI; default: SQLite file under data_dir.")
-    warehouse: Path | None = Field(None, description="Warehouse folder; default: shared_dir/warehouse.")
+    warehouse: Annotated[Path | str | None, _storage_root("SL_WAREHOUSE", remote=True)] = Field(
+        None,
+        description="Warehouse folder, a path or a `file:` URI (as `shared_dir`), or an `s3a://`, `s3://` or "
+        "`hdfs://` URI that Spark and pyarrow reach (passed through, untested here); default: shared_dir/warehouse.",
+    )
+    warehouse_via_arrow_fs: bool = Field(
+        False,
+        description="For tests: reach the (local) warehouse through pyarrow.fs with `file:` URIs given to Spark and "
+        "recorded in Iceberg, the code path a URI warehouse takes (`tables/warehouse.py`).",
+    )
     root_password: SecretStr = Field(
         SecretStr(""),
         description="Password of root and admin, set when the data dir is first used (SET PASSWORD changes it).",
@@ -322,7 +355,21 @@ class Settings(BaseSettings):
 
     @property
     def resolved_warehouse(self) -> Path:
+        """The local warehouse folder (`warehouse_uri` names a remote one, which has none)."""
+        if isinstance(self.warehouse, str):
+            raise ValueError(f"the warehouse {self.warehouse} is not a local folder")
         return (self.warehouse or self.resolved_shared_dir / "warehouse").expanduser().resolve()
+
+    @property
+    def warehouse_uri(self) -> str | None:
+        """A remote warehouse (`hdfs:`, `s3a:`, `s3:`) as written; None for a local one."""
+        return self.warehouse if isinstance(self.warehouse, str) else None
+
+    def warehouse_storage(self) -> WarehouseStorage:
+        """How the server reaches the warehouse's files (`tables/warehouse.py`)."""
+        if self.warehouse_uri is not None:
+            return WarehouseStorage.of(self.warehouse_uri)
+        return WarehouseStorage.of(self.resolved_warehouse, via_arrow=self.warehouse_via_arrow_fs)
 
     @property
     def resolved_catalog_uri(self) -> str:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
-from pathlib import Path
 from typing import Any
 
 from pyspark.errors import PySparkException
@@ -32,6 +30,7 @@ from tables.catalog import TableHandle
 from tables.model import BUCKET_COL, TableDef
 from tables.partitions import PARTITION_COL, auto_id_sql, partition_sql, range_splits
 from tables.types import DorisType
+from tables.warehouse import Location, child_of, delete_dir, list_dirs, list_files, move, name_of
 
 _SPLIT = "__sl_bucket"  # the copy Spark's writer splits by (and drops from the files)
 
@@ -184,7 +183,7 @@ def stored_field_ids(handle: TableHandle, table: TableDef | None = None) -> dict
     return ids
 
 
-def write_rows(out: DataFrame, directory: Path, *, sort: Iterable[str], buckets: int = 0) -> None:
+def write_rows(out: DataFrame, directory: Location, *, sort: Iterable[str], buckets: int = 0) -> None:
     """Write the rowset's rows into a new `directory` as Parquet, sorted by `sort` within each file; rows with a
     bucket column (`with_bucket`) are written one bucket per file (several, where the bucket is NULL).
 
@@ -215,14 +214,15 @@ def one_bucket_per_task(df: DataFrame, buckets: int) -> bool:
     return len(exchanges) == 1 and bool(re.search(rf"hashpartitioning\(.*, {buckets}\), REPARTITION_BY_NUM", plan))
 
 
-def _flatten(directory: Path) -> None:
-    """Move the files out of Spark's partition directories (`__sl_bucket=3/`), the bucket in their names."""
-    for part in sorted(directory.glob(f"{_SPLIT}=*")):
-        tag = part.name.split("=", 1)[1]
+def _flatten(directory: Location) -> None:
+    """Move the files out of Spark's partition directories (`__sl_bucket=3/`), the bucket in their names (an
+    object store copies each: a URI warehouse, `tables/warehouse.py`)."""
+    for part in list_dirs(directory, f"{_SPLIT}=*"):
+        tag = name_of(part).split("=", 1)[1]
         prefix = f"b{tag}-" if tag.isdigit() else f"{tag}-" if tag.startswith("p") else "bx-"
-        for path in part.glob("*.parquet"):
-            path.rename(directory / f"{prefix}{path.name}")
-        shutil.rmtree(part)  # Spark's checksum files
+        for path in list_files(part, "*.parquet"):
+            move(path, child_of(directory, f"{prefix}{name_of(path)}"))
+        delete_dir(part)  # Spark's checksum files
 
 
 MAX_KEYS = 64  # combinations of values beyond which every bucket is read

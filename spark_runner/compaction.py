@@ -41,6 +41,7 @@ from tables.errors import DorisError, SchemaChanged
 from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, STORAGE_FORMAT, VERSION_COL, TableDef
 from tables.rowsets import Rowset, RowsetsChanged, has_delete_markers, range_file_name, sign_field_id
 from tables.schema_change import SchemaOp
+from tables.warehouse import Location, child_of, list_files, move, name_of
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def write_rowset(
     df: DataFrame,
     handle: TableHandle,
     *,
-    directory: Path,
+    directory: Location,
     partitions: int,
     start: int,
     end: int,
@@ -175,12 +176,13 @@ def write_rowset(
     out = with_partition(out, table, ids)
     write_rows(out, directory, sort=table.key_columns)
     files = []
-    for path in sorted(directory.glob("*.parquet")):
-        target = path.with_name(range_file_name(start, end, path.name))
-        path.rename(target)
-        crc = path.with_name(f".{path.name}.crc")
-        if crc.exists():
-            crc.rename(target.with_name(f".{target.name}.crc"))
+    for path in list_files(directory, "*.parquet"):
+        target = child_of(directory, range_file_name(start, end, name_of(path)))
+        move(path, target)
+        if isinstance(path, Path) and isinstance(target, Path):  # a URI warehouse's files have no `.crc` beside
+            crc = path.with_name(f".{path.name}.crc")
+            if crc.exists():
+                crc.rename(target.with_name(f".{target.name}.crc"))
         files.append(str(target))
     return files
 

@@ -76,6 +76,7 @@ from tables.errors import (
 )
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
 from tables.transactions import ABORTED, PREPARE, Txn
+from tables.warehouse import delete_dir
 
 log = logging.getLogger(__name__)
 
@@ -726,7 +727,7 @@ class GroupCommitter:
                         break
                     for i in newly:
                         failed[i] = self._fail(batch[i], per_load[i], source, spark)
-                    shutil.rmtree(rowset.directory, ignore_errors=True)  # rerun without the failed loads
+                    delete_dir(rowset.directory)  # rerun without the failed loads
                     outcome = None
                 rowset.files = outcome.files if outcome else []
                 rowset.group = tuple(batch[i].prepared.txn_id for i in range(len(batch)) if i not in failed)

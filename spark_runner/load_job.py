@@ -52,6 +52,7 @@ from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, Col
 from tables.partitions import NO_PARTITION
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
+from tables.warehouse import Location, name_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -678,7 +679,7 @@ def run_load_job(
     source: DataFrame,
     plan: LoadPlan,
     *,
-    directory: Path,
+    directory: Location,
     version: int,
     field_ids: dict[str, int],
     buckets: int,
@@ -696,7 +697,7 @@ def run_load_job(
     (group commit counts per load).
     """
     rows = prepare_rows(source, plan)
-    observation = Observation(f"load_{directory.name}")
+    observation = Observation(f"load_{name_of(directory)}")
     rows = rows.observe(
         observation,
         named("total", "count(1)"),
@@ -739,7 +740,7 @@ def run_load_job(
         assert stored_rows is not None, "this load reads the table's current rows"
         good = fill_from_stored(good, stored_rows, plan)
         key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
-        partial_metrics = Observation(f"partial_{directory.name}")
+        partial_metrics = Observation(f"partial_{name_of(directory)}")
         good = good.observe(
             partial_metrics,
             F.expr(f"count_if({NEW_KEY})").alias("new_rows"),

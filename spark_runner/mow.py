@@ -18,9 +18,7 @@ The comparison is `merge.sequence_order`, the one ordering of the sequenced merg
 from __future__ import annotations
 
 import functools
-import shutil
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +32,7 @@ from spark_runner.sqltext import q
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
 from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
+from tables.warehouse import Location, arrow_path, as_location, child_of, delete_dir, list_files, move
 
 WINS = "__wins"  # an incoming row beats the stored winner of its key (or there is none)
 STORED_FILE = "__sfile"
@@ -126,9 +125,10 @@ def _cached_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[t
 
 def _read_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
     # by Iceberg field id, as Spark reads them: a renamed column keeps its id, not its name
-    ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pq.read_schema(path) if f.metadata}
+    schema = pq.read_schema(arrow_path(as_location(path)))
+    ids = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in schema if f.metadata}
     # a file written before the sequence column was added (ENABLE FEATURE) has none: NULL
-    data = pq.read_table(path, columns=[ids[i] for i in wanted if i in ids]).to_pylist()
+    data = pq.read_table(arrow_path(as_location(path)), columns=[ids[i] for i in wanted if i in ids]).to_pylist()
     out: dict[tuple[Any, ...], list[tuple[Any, int]]] = {}
     for pos, row in enumerate(data):
         values = tuple(row.get(ids.get(i, "")) for i in wanted)
@@ -138,25 +138,25 @@ def _read_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tup
 
 @functools.lru_cache(maxsize=4096)
 def _row_count(path: str) -> int:
-    return int(pq.read_metadata(path).num_rows)
+    return int(pq.read_metadata(arrow_path(as_location(path))).num_rows)
 
 
-def write_deletes(positions: DataFrame, directory: Path) -> list[str]:
+def write_deletes(positions: DataFrame, directory: Location) -> list[str]:
     """Write position delete rows (`file_path`, `pos`) computed by Spark as one sorted Parquet file per write
     partition, named `delete-*.parquet` in `directory` (the load's own directory); returns the files."""
     out = positions.select(
         *[F.col(name).alias(name, metadata={"parquet.field.id": fid}) for name, fid in _FIELD_IDS.items()]
     )
-    scratch = directory / f"_deletes-{uuid.uuid4().hex}"
+    scratch = child_of(directory, f"_deletes-{uuid.uuid4().hex}")
     out.coalesce(1).sortWithinPartitions("file_path", "pos").write.mode("errorifexists").parquet(str(scratch))
     files: list[str] = []
-    for part in sorted(scratch.glob("*.parquet")):
-        if pq.read_metadata(part).num_rows == 0:
+    for part in list_files(scratch, "*.parquet"):
+        if pq.read_metadata(arrow_path(part)).num_rows == 0:
             continue  # nothing superseded: no delete file (an empty one crashes DuckDB's reader)
-        target = directory / f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet"
-        part.rename(target)
+        target = child_of(directory, f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet")
+        move(part, target)
         files.append(str(target))
-    shutil.rmtree(scratch, ignore_errors=True)
+    delete_dir(scratch)
     return files
 
 
@@ -165,7 +165,7 @@ def resolve(
     handle: TableHandle,
     mine: list[str],
     theirs: list[str],
-    directory: Path,
+    directory: Location,
     *,
     mine_is_later: bool = True,
 ) -> list[str]:

@@ -11,7 +11,6 @@ import decimal
 import functools
 import itertools
 import logging
-import os
 import re
 import threading
 import time
@@ -41,7 +40,8 @@ from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 from tables.row_delta import live_delete_files
-from tables.rowsets import FileFilter, plain_path
+from tables.rowsets import FileFilter, keeps_uris, plain_path
+from tables.warehouse import arrow_path, as_location, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +345,7 @@ def _keyed_rows(
     parts: list[pa.Table] = []
     decoded = 0
     for path, meta, name, value_set, nulls, groups in plans:
-        reader = pq.ParquetFile(path, metadata=meta)
+        reader = pq.ParquetFile(arrow_path(as_location(path)), metadata=meta)
         starts = list(itertools.accumulate((meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0))
         gone = drop.get(path, frozenset())
         for g in groups:
@@ -454,8 +454,7 @@ _RELATIONS = _Relations(RELATION_CACHE_ROWS)
 def _stamp(path: str) -> Stamp:
     """What tells one version of a file from another: a two-phase commit stamps its files' version in place
     (a new file moved over the old), so a cache keyed by path alone could serve the old rows."""
-    st = os.stat(path)
-    return st.st_ino, st.st_mtime_ns, st.st_size
+    return file_stamp(as_location(path))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -465,20 +464,22 @@ def _file_rows(path: str, stamp: Stamp) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _file_meta(path: str, stamp: Stamp) -> pq.FileMetaData:
-    return pq.read_metadata(path)
+    return pq.read_metadata(arrow_path(as_location(path)))
 
 
 @functools.lru_cache(maxsize=2048)
 def _file_table(path: str, stamp: Stamp) -> pa.Table:
     """A tiny data file, read once per version of it (`_stamp`)."""
-    return pq.read_table(path)
+    return pq.read_table(arrow_path(as_location(path)))
 
 
 def row_positions() -> list[Column]:
     """A Parquet row's data file (the plain path, as manifests and position delete files name it) and its row
     number in that file. Spark reports the file as a URI: `file:` comes off and %-escapes are decoded (a `+`
-    is kept: `url_decode` would read it as a space)."""
-    path = F.expr("url_decode(replace(regexp_replace(_metadata.file_path, '^file:(//)?', ''), '+', '%2B'))")
+    is kept: `url_decode` would read it as a space). A warehouse through pyarrow (`tables/warehouse.py`) records
+    URIs, a `file:` one as Hadoop writes it (`file:/abs`): that form stays."""
+    local = "file:" if keeps_uris() else ""
+    path = F.expr(f"url_decode(replace(regexp_replace(_metadata.file_path, '^file:(//)?', '{local}'), '+', '%2B'))")
     return [path.alias(FILE), F.col("_metadata.row_index").alias(ROW)]
 
 
@@ -530,7 +531,9 @@ def _positions_by_file(delete_files: tuple[str, ...]) -> Mapping[str, frozenset[
 @functools.lru_cache(maxsize=4096)
 def _positions_of(delete_file: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """The positions a delete file names, per data file (read once: a delete file never changes)."""
-    table = pq.read_table(delete_file, columns=["file_path", "pos"])  # Spark's or pyarrow's: same columns
+    table = pq.read_table(
+        arrow_path(as_location(delete_file)), columns=["file_path", "pos"]
+    )  # Spark's or pyarrow's: same columns
     by_file: dict[str, list[int]] = {}
     for path, pos in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
         by_file.setdefault(path, []).append(pos)

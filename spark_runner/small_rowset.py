@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from tables.model import VERSION_COL
 from tables.partitions import PARTITION_COL
+from tables.warehouse import Location, arrow_path, child_of, make_dirs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,7 +48,7 @@ def known_rows(source: DataFrame) -> int | None:
 
 
 def write_collected(
-    out: DataFrame, directory: Path, *, version: int, decision: Sequence[str] = ()
+    out: DataFrame, directory: Location, *, version: int, decision: Sequence[str] = ()
 ) -> tuple[list[str], pa.Table | None]:
     """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
     the version column (the job leaves it 0, so its generated code does not change from load to load);
@@ -80,7 +80,7 @@ def write_collected(
             for f in rows.schema
         ]
     )
-    directory.mkdir(parents=True, exist_ok=False)  # like Spark's `errorifexists`
+    make_dirs(directory, exist_ok=False)  # like Spark's `errorifexists`
     rows = rows.cast(schema)
     pieces: list[tuple[str, pa.Table]] = [("", rows)]
     if PARTITION_COL in rows.column_names:  # a file holds one partition's rows (`tables.partitions`)
@@ -88,8 +88,8 @@ def write_collected(
         pieces = [(f"p{pid}-", rows.filter(pa.compute.equal(ids, pid))) for pid in ids.unique().to_pylist()]
     files = []
     for prefix, piece in pieces:
-        path = directory / f"{prefix}part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        path = child_of(directory, f"{prefix}part-00000-{uuid.uuid4()}-c000.snappy.parquet")
         # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
-        pq.write_table(piece, str(path), compression="snappy", store_decimal_as_integer=True)
+        pq.write_table(piece, arrow_path(path), compression="snappy", store_decimal_as_integer=True)
         files.append(str(path))
     return files, positions

@@ -149,7 +149,7 @@ def show_tablets(ctx: SqlContext, target: Target, session: Session) -> ResultSet
                 len(rowsets),
                 0,
                 -1,
-                str(handle.location),
+                str(handle.place),
                 f"http://{ctx.address}/api/meta/header/{tablet_id}",
                 f"http://{ctx.address}/api/compaction/show?tablet_id={tablet_id}",
                 -1,

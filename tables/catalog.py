@@ -53,9 +53,9 @@ from tables.errors import AlreadyExists, DatabaseNotFound, DorisError, TableNotF
 from tables.model import BUCKET_COL, DEFINITION_PROPERTY, TableDef
 from tables.names import check_database_name, check_table_name
 from tables.partitions import PARTITION_COL, aligned_unit, temporary_partitioning
-from tables.paths import remove_tree
-from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, table_rowsets
+from tables.rowsets import UNREADABLE, FileFilter, Rowset, live_data_files, may_hold, plain_path, table_rowsets
 from tables.store import lock_key, pool_options, report_unavailable
+from tables.warehouse import Location, WarehouseStorage
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,7 @@ class TableHandle:
 
     definition: TableDef
     iceberg: Table
+    storage: WarehouseStorage | None = None  # none: a local warehouse
 
     def field_id(self, column: str) -> int:
         return self.iceberg.schema().find_field(column, case_sensitive=False).field_id
@@ -218,7 +219,7 @@ class TableHandle:
         if self.iceberg.current_snapshot() is None:
             return []
         return [
-            _plain_path(f.file_path)
+            plain_path(f.file_path)
             for f in live_data_files(self.iceberg)
             if f.record_count > 0 and may_hold(self.iceberg, f, wanted)
         ]
@@ -238,7 +239,15 @@ class TableHandle:
 
     @property
     def location(self) -> Path:
+        """The table's local folder (a warehouse reached with local file calls)."""
         return Path(_plain_path(self.iceberg.location()))
+
+    @property
+    def place(self) -> Location:
+        """The table's location in its warehouse's storage (`tables.warehouse`): its folder, or a URI."""
+        if self.storage is None or self.storage.is_local:
+            return self.location
+        return self.storage.location(self.iceberg.location())
 
 
 # the first partition field id Iceberg assigns (field ids of partition fields start above the schema's)
@@ -313,12 +322,17 @@ class BrokenTable(DorisError):
 class Catalog:
     """Databases and tables over a pyiceberg SQL catalog (SQLite file by default)."""
 
-    def __init__(self, *, uri: str, warehouse: Path, pool_size: int | None = None) -> None:
-        """`pool_size`: at most this many connections to a server database (none: pyiceberg's pool, which grows)."""
-        warehouse.mkdir(parents=True, exist_ok=True)
-        self.warehouse = warehouse.resolve()
+    def __init__(self, *, uri: str, warehouse: Path | WarehouseStorage, pool_size: int | None = None) -> None:
+        """`pool_size`: at most this many connections to a server database (none: pyiceberg's pool, which grows).
+        `warehouse`: a local folder, or the storage of one given as a URI (`tables.warehouse`)."""
+        if isinstance(warehouse, Path):
+            warehouse = WarehouseStorage.of(warehouse)
+        self.storage = warehouse
+        warehouse.makedirs(warehouse.top)
+        # the local folder (the guard's root for local deletes); a remote warehouse's root URI
+        self.warehouse = warehouse.top
         self._iceberg = _SqlCatalog(
-            "default", pool_size, uri=uri, warehouse=f"file://{warehouse}", pool_pre_ping="true"
+            "default", pool_size, uri=uri, warehouse=warehouse.uri(warehouse.top), pool_pre_ping="true"
         )
         self._ddl_lock = threading.Lock()
 
@@ -398,16 +412,16 @@ class Catalog:
                 (definition.db, definition.name),
                 schema=Schema(*fields),
                 partition_spec=spec,
-                location=f"file://{self._new_location()}",
+                location=self.storage.uri(self._new_location()),
                 properties={DEFINITION_PROPERTY: definition.to_json(), "format-version": "2"},
             )
         return True
 
-    def _new_location(self) -> Path:
+    def _new_location(self) -> Location:
         """A fresh directory under the warehouse, named by a random uuid (never by the table's name)."""
         while True:
-            location = self.warehouse / uuid.uuid4().hex
-            if not location.exists():  # an old layout's database directory could, in theory, be named so
+            location = self.storage.child(self.storage.top, uuid.uuid4().hex)
+            if not self.storage.exists(location):  # an old layout's database directory could, in theory, be named so
                 return location
 
     def load(self, db: str, table: str) -> TableHandle:
@@ -425,18 +439,18 @@ class Catalog:
         except UNREADABLE as exc:
             log.warning("table %s.%s cannot be read: %s: %s", db, table, type(exc).__name__, _first_line(exc))
             raise BrokenTable(db, table) from exc
-        return TableHandle(definition=definition, iceberg=iceberg)
+        return TableHandle(definition=definition, iceberg=iceberg, storage=self.storage)
 
     def drop_table(self, db: str, table: str, *, if_exists: bool = False) -> None:
         """Drop a table; its files go too when its location passes the guard of `tables.paths`.
 
         A broken table is dropped as well (its catalog entry; its files when the guard allows).
         """
-        location: Path | None
+        location: Location | None
         handle: TableHandle | None = None
         try:
             handle = self.load(db, table)
-            name, location = handle.iceberg.name()[-1], handle.location
+            name, location = handle.iceberg.name()[-1], handle.place
         except TableNotFound:
             if if_exists:
                 return
@@ -449,10 +463,10 @@ class Catalog:
         self._iceberg.drop_table((db, name))
         if handle is not None:
             self.drop_temporary(handle)  # its files lie under the table's location, removed with it
-        if location is not None and not remove_tree(location, [self.warehouse], others=others.values()):
+        if location is not None and not self.storage.remove_tree(location, others=others.values()):
             log.warning("dropped table %s.%s; its files at %s stay where they are", db, name, location)
 
-    def table_locations(self) -> dict[tuple[str, str], Path]:
+    def table_locations(self) -> dict[tuple[str, str], Location]:
         """`(db, table) → location` of every table, broken ones included, without reading any metadata.
 
         The location is the directory holding `metadata/`, which is where pyiceberg keeps a table's metadata.
@@ -461,10 +475,16 @@ class Catalog:
         with Session(self._iceberg.engine) as session:
             rows = session.execute(query.where(IcebergTables.catalog_name == self._iceberg.name)).all()
         return {
-            (ns, name): Path(_plain_path(meta)).parent.parent
+            (ns, name): self._metadata_table(meta)
             for ns, name, meta in rows
             if meta and ns != TEMPORARY_NAMESPACE  # a companion lies inside its table's location
         }
+
+    def _metadata_table(self, metadata_location: str) -> Location:
+        """The table location of a metadata file's (`<location>/metadata/<file>`)."""
+        if self.storage.is_local:
+            return Path(_plain_path(metadata_location)).parent.parent
+        return str(self.storage.location(metadata_location)).rsplit("/", 2)[0]
 
     # -- temporary partitions ---------------------------------------------------------------
     def temporary(self, handle: TableHandle) -> TableHandle | None:
@@ -483,7 +503,9 @@ class Catalog:
         except UNREADABLE as exc:
             log.warning("temporary partitions of %s cannot be read: %s", handle.definition.name, _first_line(exc))
             raise BrokenTable(handle.definition.db, handle.definition.name) from exc
-        return TableHandle(definition=temporary_definition(handle.definition, stored), iceberg=iceberg)
+        return TableHandle(
+            definition=temporary_definition(handle.definition, stored), iceberg=iceberg, storage=self.storage
+        )
 
     def create_temporary(self, handle: TableHandle) -> TableHandle:
         """A new, empty companion for the table (replacing any earlier one, whose catalog entry goes; its files
@@ -496,7 +518,8 @@ class Catalog:
         from pyiceberg.serializers import ToOutputFile
 
         identifier = (TEMPORARY_NAMESPACE, _temporary_name(handle))
-        location = handle.location / "temporary" / uuid.uuid4().hex
+        storage = self.storage
+        location = storage.child(handle.place, "temporary", uuid.uuid4().hex)
         meta = handle.iceberg.metadata
         stored = handle.definition.model_copy(update={"meta_version": handle.current_version()})
         # no time-unit field: a temporary partition need not be one unit (the REPLACE fits the table's spec)
@@ -509,7 +532,7 @@ class Catalog:
         fresh = meta.model_copy(
             update={
                 **specs,
-                "location": f"file://{location}",
+                "location": storage.uri(location),
                 "table_uuid": uuid.uuid4(),
                 "properties": {**meta.properties, DEFINITION_PROPERTY: stored.to_json()},
                 "current_snapshot_id": None,
@@ -522,9 +545,9 @@ class Catalog:
                 "last_sequence_number": 0,
             }
         )
-        path = location / "metadata" / f"00000-{uuid.uuid4()}.metadata.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ToOutputFile.table_metadata(fresh, handle.iceberg.io.new_output(f"file://{path}"))
+        path = storage.child(location, "metadata", f"00000-{uuid.uuid4()}.metadata.json")
+        storage.makedirs(storage.child(location, "metadata"))
+        ToOutputFile.table_metadata(fresh, handle.iceberg.io.new_output(storage.uri(path)))
         with self._ddl_lock:
             try:
                 self._iceberg.create_namespace(TEMPORARY_NAMESPACE)
@@ -534,7 +557,7 @@ class Catalog:
                 self._iceberg.drop_table(identifier)
             except NoSuchTableError:
                 pass
-            self._iceberg.register_table(identifier, f"file://{path}")
+            self._iceberg.register_table(identifier, storage.uri(path))
         created = self.temporary(handle)
         assert created is not None
         return created

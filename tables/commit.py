@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
@@ -54,7 +52,6 @@ from tables.partitions import (
     check_new,
     value_text,
 )
-from tables.paths import remove_tree
 from tables.pause import PausePoints
 from tables.row_delta import (
     DELETE_FILE_PREFIX,
@@ -72,6 +69,16 @@ from tables.rowsets import RowsetsChanged, file_partition, live_data_files, part
 from tables.schema_change import SchemaOp, apply_ops
 from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
 from tables.versions import SharedTurnstile, SharedVersions
+from tables.warehouse import (
+    Location,
+    arrow_path,
+    as_location,
+    child_of,
+    delete_file,
+    list_files,
+    name_of,
+    sync_written,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +94,7 @@ class PendingRowset:
     txn_id: int
     label: str
     version: int
-    directory: Path
+    directory: Location
     files: list[str] = field(default_factory=list)
     group: tuple[int, ...] = ()
     table_uuid: str = ""  # the table the rowset must land in
@@ -109,7 +116,7 @@ class PendingRewrite:
     handle: TableHandle
     txn_id: int
     label: str
-    directory: Path
+    directory: Location
     replaced: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     output_rows: int = 0
@@ -119,7 +126,7 @@ class PendingRewrite:
 
 # The commit-time re-check of a positional table (`spark_runner.mow.resolve`, given by the load service):
 # (table, my data files, data files committed meanwhile, directory, my rows are the later ones) → delete files
-Resolver = Callable[[TableHandle, list[str], list[str], Path, bool], list[str]]
+Resolver = Callable[[TableHandle, list[str], list[str], Location, bool], list[str]]
 
 
 class _Turnstile:
@@ -188,7 +195,7 @@ class TableWriter:
         self._turnstiles: dict[str, Turnstile] = {}
         self._guard = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
-        self._writing: dict[int, tuple[Turnstile, int, Path]] = {}  # txn id → its version, while `write` runs
+        self._writing: dict[int, tuple[Turnstile, int, Location]] = {}  # txn id → its version, while `write` runs
         self.resolver: Resolver | None = None
 
     def _turnstile(self, handle: TableHandle) -> Turnstile:
@@ -237,7 +244,7 @@ class TableWriter:
             txn_id=txn_id,
             label=label,
             version=version,
-            directory=handle.location / "data" / f"txn_{txn_id}",
+            directory=txn_directory(handle, txn_id),
             group=group,
             table_uuid=table_identity(handle),
         )
@@ -275,7 +282,7 @@ class TableWriter:
                 if pending.files:
                     self._trim_snapshots(handle, turnstile)
         except BaseException:
-            remove_tree(pending.directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(pending.directory)
             # group members are the caller's to decide: an acknowledged async load is retried, not aborted
             self.abort(txn_id)
             raise
@@ -301,7 +308,7 @@ class TableWriter:
         if writing is not None:
             turnstile, version, directory = writing
             turnstile.done(version)
-            remove_tree(directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(directory)
         return True
 
     def _planned_table(self, db: str, table: str, txn_id: int, handle: TableHandle | None) -> TableHandle:
@@ -348,7 +355,13 @@ class TableWriter:
         return self._txns.transition(txn_id, (ABORTED,), PREPARE)
 
     def _recheck(
-        self, handle: TableHandle, files: list[str], seen: frozenset[str] | None, directory: Path, *, later: bool = True
+        self,
+        handle: TableHandle,
+        files: list[str],
+        seen: frozenset[str] | None,
+        directory: Location,
+        *,
+        later: bool = True,
     ) -> list[str]:
         """In the commit turn of a positional table: compare the rows of `files` with those of the data files
         committed since the lookup saw `seen` (every data file without a lookup), and position-delete the loser
@@ -403,7 +416,7 @@ class TableWriter:
         handle = self._precommitted_table(txn)
         turnstile = self._turnstile(handle)
         version = turnstile.take()
-        directory = handle.location / "data" / f"txn_{txn.txn_id}"
+        directory = txn_directory(handle, txn.txn_id)
         try:
             with turnstile.turn(version), self._deciding(txn.txn_id):
                 try:
@@ -422,8 +435,8 @@ class TableWriter:
                         _fsync_files(files, directory)
                         pending = PendingRowset(handle, txn.txn_id, txn.label, version, directory, files)
                         if handle.definition.positional:  # a crash may have left an earlier attempt's deletes
-                            for old in directory.glob(f"{DELETE_FILE_PREFIX}*.parquet"):
-                                old.unlink()
+                            for old in list_files(directory, f"{DELETE_FILE_PREFIX}*.parquet"):
+                                delete_file(old)
                             pending.deletes = self._recheck(handle, files, None, directory)
                         _append(handle, pending, version)
                     turnstile.last_metadata = handle.iceberg.metadata_location
@@ -456,7 +469,7 @@ class TableWriter:
             self._txns.transition(txn.txn_id, (PRECOMMITTED, COMMITTED), ABORTED, reason=error.message)
         raise error
 
-    def _abort_if_schema_changed(self, handle: TableHandle, txn_id: int, directory: Path) -> None:
+    def _abort_if_schema_changed(self, handle: TableHandle, txn_id: int, directory: Location) -> None:
         """A precommitted load whose table changed schema since it was planned cannot be published: its
         files lack what the change added. It is aborted, as a running load would fail at its commit.
 
@@ -475,7 +488,7 @@ class TableWriter:
             f"version {current.schema_version} → {now}); no data was loaded, retry the load"
         )
         if self._txns.transition(txn_id, (PRECOMMITTED,), ABORTED, reason=reason):
-            remove_tree(directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(directory)
         latest = self._txns.get(txn_id)
         raise TxnStateError(latest.state if latest else UNKNOWN, latest.reason if latest else reason)
 
@@ -535,7 +548,7 @@ class TableWriter:
                 handle = self._catalog.load(txn.db, txn.table)
             except DorisError:
                 return
-            remove_tree(handle.location / "data" / f"txn_{txn_id}", [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(txn_directory(handle, txn_id))
 
     def drop_table(self, db: str, table: str, *, if_exists: bool = False, force: bool = False) -> None:
         """DROP TABLE: Doris's refusal while a transaction of the table is COMMITTED and not yet visible
@@ -625,7 +638,7 @@ class TableWriter:
             handle=handle,
             txn_id=txn_id,
             label=label,
-            directory=handle.location / "data" / f"txn_{txn_id}",
+            directory=txn_directory(handle, txn_id),
             seen=frozenset(plain_path(f.file_path) for f in live_data_files(handle.iceberg)),
         )
         try:
@@ -644,7 +657,7 @@ class TableWriter:
                 turnstile.last_metadata = handle.iceberg.metadata_location
             self._txns.set_state(txn_id, VISIBLE)
         except BaseException:
-            remove_tree(pending.directory, [self._catalog.warehouse])
+            self._catalog.storage.remove_tree(pending.directory)
             self._txns.set_state(txn_id, ABORTED)
             raise
 
@@ -680,7 +693,7 @@ class TableWriter:
                 if companion is not None:
                     # no snapshot of the table references its files any more: they go with its catalog entry
                     self._catalog.drop_temporary(handle)
-                    remove_tree(companion.location, [self._catalog.warehouse])
+                    self._catalog.storage.remove_tree(companion.place)
         finally:
             turnstile.done(version)
 
@@ -796,7 +809,7 @@ class TableWriter:
             tx.set_properties({DEFINITION_PROPERTY: stored.to_json()})
         if remove:
             for path in paths:
-                Path(plain_path(path)).unlink(missing_ok=True)
+                delete_file(as_location(plain_path(path)))
 
 
 def files_of_partitions(table: Table, ids: AbstractSet[int]) -> list[str]:
@@ -987,7 +1000,11 @@ def with_auto_partitions(handle: TableHandle, files: list[str]) -> TableDef | No
         if partitioning.kind is PartitionKind.RANGE:
             new = auto_range(pid, partitioning.auto_unit or "DAY", types[0])
         else:
-            first = pq.ParquetFile(plain_path(path)).read_row_group(0, columns=list(partitioning.columns)).slice(0, 1)
+            first = (
+                pq.ParquetFile(arrow_path(as_location(path)))
+                .read_row_group(0, columns=list(partitioning.columns))
+                .slice(0, 1)
+            )
             row = first.to_pylist()[0]
             values = tuple(None if row[c] is None else value_text(row[c]) for c in partitioning.columns)
             new = auto_list(pid, values, taken)
@@ -1016,11 +1033,14 @@ def default_partition(table: Table) -> Partition:
     return spec.spec_id, Record(*[None] * len(spec.fields))
 
 
-def rowset_files(directory: Path) -> list[str]:
+def rowset_files(directory: Location) -> list[str]:
     """The data files a load wrote into its directory (not its position delete files)."""
-    if not directory.is_dir():
-        return []
-    return sorted(str(p) for p in directory.glob("*.parquet") if not p.name.startswith(DELETE_FILE_PREFIX))
+    return [str(p) for p in list_files(directory, "*.parquet") if not name_of(p).startswith(DELETE_FILE_PREFIX)]
+
+
+def txn_directory(handle: TableHandle, txn_id: int) -> Location:
+    """Where a transaction's rowset files go: `<table location>/data/txn_<id>` (`tables/warehouse.py`)."""
+    return child_of(handle.place, "data", f"txn_{txn_id}")
 
 
 def replace_files(handle: TableHandle, pending: PendingRewrite, deletes: list[str] | None = None) -> None:
@@ -1040,7 +1060,7 @@ def replace_files(handle: TableHandle, pending: PendingRewrite, deletes: list[st
     new = [parquet_file_to_data_file(table.io, table.metadata, path) for path in pending.files]
     for data_file in new:
         if data_file.record_count == 0:
-            Path(data_file.file_path).unlink(missing_ok=True)
+            delete_file(as_location(data_file.file_path))
     kept = [f for f in new if f.record_count > 0]
     pending.output_rows = sum(f.record_count for f in new)
     definition = pending.definition or handle.definition
@@ -1094,19 +1114,10 @@ class _CachedMetadataTransaction(Transaction):
         return cached[2]
 
 
-def _fsync_files(files: list[str], directory: Path) -> None:
-    """Make the rowset durable before it is referenced: Spark does not fsync what it writes."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _fsync_files(files: list[str], directory: Location) -> None:
+    """Make the rowset durable before it is referenced: Spark does not fsync what it writes (a local warehouse's
+    files and directory are synced; through pyarrow a file is durable once written, `tables.warehouse`)."""
+    sync_written(files, directory)
 
 
 def _committed(handle: TableHandle, txn_id: int) -> bool:
@@ -1139,7 +1150,7 @@ def recover_prepared(catalog: Catalog, txns: TransactionStore, *, owner: str | N
         if handle is not None:
             committed = _committed(handle, txn.txn_id)
             if not committed:
-                remove_tree(handle.location / "data" / f"txn_{txn.txn_id}", [catalog.warehouse])
+                catalog.storage.remove_tree(txn_directory(handle, txn.txn_id))
         txns.set_state(txn.txn_id, VISIBLE if committed else ABORTED)
         visible += committed
         aborted += not committed

@@ -26,6 +26,7 @@ from tables.error_logs import expire_error_logs
 from tables.errors import DatabaseNotFound, TableNotFound
 from tables.paths import UnsafePath, removable_path, remove_file
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
+from tables.warehouse import WarehouseStorage
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ def remove_orphans(
     when neither the table nor its current `companion` references them: a REPLACE PARTITION moved some into the
     table, and a compaction or a DROP PARTITION later left them.
     """
+    if handle.storage is not None and not handle.storage.is_local:
+        return _remove_orphans_in_storage(handle, handle.storage, protected, grace_seconds, now, companion)
     root = root or handle.location
     referenced = referenced_files(handle)
     if companion is not None:
@@ -136,6 +139,41 @@ def _remove_unreferenced(
             removed += remove_file(path, [root])
         if not any(txn_dir.iterdir()) and now - txn_dir.stat().st_mtime >= grace_seconds:
             remove_file(txn_dir, [root])
+    return removed
+
+
+def _remove_orphans_in_storage(
+    handle: TableHandle,
+    storage: WarehouseStorage,
+    protected: set[int],
+    grace_seconds: float,
+    now: float,
+    companion: TableHandle | None,
+) -> int:
+    """`remove_orphans` for a warehouse reached through pyarrow (`tables.warehouse`): the same walk, on URIs.
+    Every delete goes through the storage's guard (strictly inside the warehouse)."""
+    referenced: set[str] = set()
+    for table in [handle] if companion is None else [handle, companion]:
+        if table.iceberg.current_snapshot() is not None:
+            paths = table.iceberg.inspect.all_files().column("file_path").to_pylist()
+            referenced |= {str(storage.location(p)) for p in paths}
+    location = handle.place
+    temporary = [e.location for e in storage.entries(storage.child(location, "temporary")) if e.is_dir]
+    removed = 0
+    for data_dir in [storage.child(location, "data"), *(storage.child(t, "data") for t in temporary)]:
+        for txn_dir in storage.entries(data_dir):
+            txn_id = _txn_id_of(txn_dir.name)
+            if not txn_dir.is_dir or txn_id is None or txn_id in protected:
+                continue
+            files = storage.entries(txn_dir.location)
+            for entry in files:
+                name = entry.name[1:-4] if entry.name.startswith(".") and entry.name.endswith(".crc") else entry.name
+                if str(storage.child(txn_dir.location, name)) in referenced or now - entry.mtime < grace_seconds:
+                    continue
+                removed += storage.remove_file(entry.location)
+            # an object store has no empty directories: one with no files left is gone with them
+            if not storage.entries(txn_dir.location) and now - txn_dir.mtime >= grace_seconds:
+                storage.remove_tree(txn_dir.location)
     return removed
 
 
@@ -180,7 +218,12 @@ def run_maintenance(
                 )
             handle = catalog.load(db, name)
             others = [loc for key, loc in locations.items() if key != (db, name)]
-            root = removable_path(handle.location, [catalog.warehouse], others=others)
+            root = None
+            if catalog.storage.root.local is not None and catalog.storage.is_local:
+                local = [loc for loc in others if isinstance(loc, Path)]
+                root = removable_path(handle.location, [catalog.storage.root.local], others=local)
+            else:
+                catalog.storage.check_removable(str(handle.place), others=others)
             companion = catalog.temporary(handle) if handle.definition.partitioned else None
             report.files_removed += remove_orphans(
                 handle, protected, grace_seconds=grace_seconds, now=now, root=root, companion=companion

@@ -13,10 +13,8 @@ A position delete file is Parquet with `file_path` (field id 2147483546) and `po
 from __future__ import annotations
 
 import functools
-import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +37,16 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
 
 from tables.rowsets import manifest_entries
+from tables.warehouse import (
+    Location,
+    arrow_path,
+    as_location,
+    child_of,
+    delete_file,
+    file_size,
+    make_dirs,
+    parent_of,
+)
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -54,16 +62,16 @@ POSITION_DELETE_SCHEMA = pa.schema(
 )
 
 
-def write_position_deletes(directory: Path, positions: pa.Table) -> str | None:
+def write_position_deletes(directory: Location, positions: pa.Table) -> str | None:
     """Write `positions` (columns `file_path`, `pos`) as one sorted position delete file in `directory`;
     returns its path, or None when there is nothing to delete."""
     if positions.num_rows == 0:
         return None
     rows = positions.select(["file_path", "pos"]).cast(POSITION_DELETE_SCHEMA)
     rows = rows.sort_by([("file_path", "ascending"), ("pos", "ascending")])
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet"
-    pq.write_table(rows, str(path), compression="zstd")
+    make_dirs(directory)
+    path = child_of(directory, f"{DELETE_FILE_PREFIX}{uuid.uuid4()}.parquet")
+    pq.write_table(rows, arrow_path(path), compression="zstd")
     return str(path)
 
 
@@ -72,11 +80,11 @@ def tombstone_positions(files: Sequence[str], sign_column: str) -> pa.Table:
     (a deleted key keeps its sequence for later loads to compare with) but no reader may see it as a row."""
     parts: list[pa.Table] = []
     for path in files:
-        meta = pq.read_metadata(path)
+        meta = pq.read_metadata(arrow_path(as_location(path)))
         index = meta.schema.to_arrow_schema().get_field_index(sign_column)
         if index < 0 or not _may_hold_ones(meta, index):
             continue
-        signs = pq.read_table(path, columns=[sign_column]).column(0)
+        signs = pq.read_table(arrow_path(as_location(path)), columns=[sign_column]).column(0)
         hits = pa.compute.indices_nonzero(pa.compute.equal(signs, 1).fill_null(False))
         if len(hits):
             parts.append(positions_table(path, hits.cast(pa.int64()).to_pylist()))
@@ -110,7 +118,7 @@ def split_by_partition(
     files' paths (as manifests record them) to theirs; a path not in it (a file no longer live) takes `default`."""
     out: list[tuple[str, Partition]] = []
     for path in paths:
-        rows = pq.read_table(path, columns=["file_path", "pos"])
+        rows = pq.read_table(arrow_path(as_location(path)), columns=["file_path", "pos"])
         groups: dict[Partition, list[str]] = {}
         for target in pa.compute.unique(rows.column("file_path")).to_pylist():
             groups.setdefault(partitions.get(target, default), []).append(target)
@@ -119,10 +127,10 @@ def split_by_partition(
             continue
         for partition, targets in groups.items():
             part = rows.filter(pa.compute.is_in(rows.column("file_path"), value_set=pa.array(targets, pa.string())))
-            written = write_position_deletes(Path(path).parent, part)
+            written = write_position_deletes(parent_of(as_location(path)), part)
             assert written is not None, "a group names at least one row"
             out.append((written, partition))
-        Path(path).unlink()
+        delete_file(as_location(path))
     return out
 
 
@@ -130,7 +138,7 @@ def delete_file_entry(path: str, partition: Partition | None = None) -> DataFile
     """The manifest entry of a position delete file, in `partition` (`split_by_partition`): its row count, size
     and (from the Parquet statistics) the bounds of the paths and positions it names, which readers prune with."""
     spec_id, values = partition if partition is not None else (0, Record())
-    meta = pq.read_metadata(path)
+    meta = pq.read_metadata(arrow_path(as_location(path)))
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
     for index, (field_id, kind) in enumerate(((FILE_PATH_ID, StringType()), (POS_ID, LongType()))):
@@ -144,7 +152,7 @@ def delete_file_entry(path: str, partition: Partition | None = None) -> DataFile
         file_format=FileFormat.PARQUET,
         partition=values,
         record_count=meta.num_rows,
-        file_size_in_bytes=os.path.getsize(path),
+        file_size_in_bytes=file_size(as_location(path)),
         column_sizes={},
         value_counts={FILE_PATH_ID: meta.num_rows, POS_ID: meta.num_rows},
         null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
@@ -309,5 +317,5 @@ def live_delete_files(table: Table) -> list[DataFile]:
 @functools.lru_cache(maxsize=4096)
 def referenced_data_paths(delete_file: str) -> frozenset[str]:
     """The data files a position delete file names."""
-    column = pq.read_table(delete_file, columns=["file_path"]).column("file_path")
+    column = pq.read_table(arrow_path(as_location(delete_file)), columns=["file_path"]).column("file_path")
     return frozenset(pa.compute.unique(column).to_pylist())

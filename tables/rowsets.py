@@ -79,8 +79,21 @@ class Rowset:
 
 
 def plain_path(uri: str) -> str:
-    """A local path for a `file:` URI (pyiceberg keeps paths as given; Spark reports URIs)."""
-    return urlparse(uri).path if uri.startswith("file:") else uri
+    """A local path for a `file:` URI (pyiceberg keeps paths as given; Spark reports URIs). A warehouse reached
+    through pyarrow (`tables/warehouse.py`, `keep_uris`) records URIs, as Spark reports them: they stay."""
+    return urlparse(uri).path if uri.startswith("file:") and not _KEEP_URIS[0] else uri
+
+
+_KEEP_URIS = [False]  # the server's warehouse is reached through pyarrow: one per process (`app/main.py`)
+
+
+def keeps_uris() -> bool:
+    return _KEEP_URIS[0]
+
+
+def keep_uris(keep: bool) -> None:
+    """Whether `plain_path` keeps `file:` URIs (a warehouse through pyarrow records Hadoop's `file:/abs`)."""
+    _KEEP_URIS[0] = keep
 
 
 def range_file_name(start: int, end: int, name: str) -> str:

@@ -70,7 +70,7 @@ def spark_cluster(layout: Layout) -> Iterator[SparkCluster]:
 def server_env(layout: Layout, master: str) -> dict[str, str]:
     return {
         "SL_SPARK_MASTER": master,
-        "SL_SHARED_DIR": str(layout.shared),
+        "SL_SHARED_DIR": f"file://{layout.shared}",  # as a URI: the start-up check runs on the folder it names
         "SL_SPARK_CONF": json.dumps(CONF),
         "SL_BROKER_ALLOWED_ROOTS": json.dumps([str(layout.broker)]),
         "SL_COMPACTION_INTERVAL_SECONDS": "0",
