@@ -360,25 +360,25 @@ def make_dirs(location: Location, *, exist_ok: bool = True) -> None:
 
 def list_files(directory: Location, pattern: str = "*") -> list[Location]:
     """The files directly in a directory whose names match `pattern` (a glob), sorted; none when it is missing."""
-    if isinstance(directory, Path):
-        return sorted(p for p in directory.glob(pattern) if p.is_file()) if directory.is_dir() else []
-    from pyarrow.fs import FileSelector, FileType
-
-    fs, path = _fs_path(directory)
-    infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
-    names = sorted(i.base_name for i in infos if i.type == FileType.File and fnmatch.fnmatchcase(i.base_name, pattern))
-    return [child_of(directory, n) for n in names]
+    return _listed(directory, pattern, dirs=False)
 
 
 def list_dirs(directory: Location, pattern: str = "*") -> list[Location]:
     """The directories directly in a directory whose names match `pattern`, sorted."""
+    return _listed(directory, pattern, dirs=True)
+
+
+def _listed(directory: Location, pattern: str, *, dirs: bool) -> list[Location]:
     if isinstance(directory, Path):
-        return sorted(p for p in directory.glob(pattern) if p.is_dir()) if directory.is_dir() else []
+        if not directory.is_dir():
+            return []
+        return sorted(p for p in directory.glob(pattern) if (p.is_dir() if dirs else p.is_file()))
     from pyarrow.fs import FileSelector, FileType
 
     fs, path = _fs_path(directory)
+    wanted = FileType.Directory if dirs else FileType.File
     infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
-    names = sorted(i.base_name for i in infos if i.type == FileType.Directory and fnmatch.fnmatch(i.base_name, pattern))
+    names = sorted(i.base_name for i in infos if i.type == wanted and fnmatch.fnmatchcase(i.base_name, pattern))
     return [child_of(directory, n) for n in names]
 
 
