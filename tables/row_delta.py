@@ -12,7 +12,6 @@ A position delete file is Parquet with `file_path` (field id 2147483546) and `po
 
 from __future__ import annotations
 
-import functools
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +38,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
 
 from tables.rowsets import manifest_entries
+from tables.sized_cache import sized_cache
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -306,7 +306,11 @@ def live_delete_files(table: Table) -> list[DataFile]:
     ]
 
 
-@functools.lru_cache(maxsize=4096)
+def _paths_bytes(paths: frozenset[str]) -> int:
+    return 256 + 256 * len(paths)
+
+
+@sized_cache(max_bytes=4 << 20, cost=_paths_bytes)
 def referenced_data_paths(delete_file: str) -> frozenset[str]:
     """The data files a position delete file names."""
     column = pq.read_table(delete_file, columns=["file_path"]).column("file_path")
