@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mysql-port", type=int, help="MySQL-protocol port (SL_MYSQL_PORT, default 9030)")
     parser.add_argument("--data-dir", help="data directory (SL_DATA_DIR, default ./data)")
     args = parser.parse_args(argv)
+    from app.memory import limit_arenas
+
+    limit_arenas()  # before any thread: see app/memory.py
     try:
         check_java()
     except JavaMissing as exc:

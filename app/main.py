@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import admin, compaction, metrics, openapi, query, stream_load, txn
+from app import admin, compaction, memory, metrics, openapi, query, stream_load, txn
 from app.deps import Services
 from app.lifecycle import LoadGate
 from app.mysql_server import bound_port, start_mysql_server
@@ -367,9 +367,11 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         compacting = asyncio.create_task(compaction.compaction_loop(services))
         partitioning = asyncio.create_task(dynamic_partition_loop(services))
         taking_over = asyncio.create_task(takeover_loop(services))
+        trimming = asyncio.create_task(memory.trim_loop())
         try:
             yield
         finally:
+            trimming.cancel()
             task.cancel()
             partitioning.cancel()
             taking_over.cancel()

@@ -32,6 +32,7 @@ from spark_runner.sqltext import q
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
 from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
+from tables.sized_cache import sized_cache
 from tables.warehouse import Location, arrow_path, as_location, child_of, delete_dir, list_files, move
 
 WINS = "__wins"  # an incoming row beats the stored winner of its key (or there is none)
@@ -109,7 +110,8 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
 def _keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
     """A data file's rows by key: (sequence, position) each. A small file is read once: a data file's keys and
     sequences never change (a two-phase commit restamps only the version), so a small load's commit reads only
-    the small files new to it; the cache holds at most 4096 files of at most `CACHED_FILE_ROWS` rows."""
+    the small files new to it; the cache holds files of at most `CACHED_FILE_ROWS` rows, `KEYED_ROWS_CACHE_BYTES`
+    in all."""
     if _row_count(path) <= CACHED_FILE_ROWS:
         return _cached_keyed_rows(path, wanted, width)
     return _read_keyed_rows(path, wanted, width)
@@ -118,7 +120,15 @@ def _keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[An
 CACHED_FILE_ROWS = 1000
 
 
-@functools.lru_cache(maxsize=4096)
+def _keyed_bytes(keyed: dict[tuple[Any, ...], list[tuple[Any, int]]]) -> int:
+    """What a file's keyed rows keep alive: about 250 bytes a row (its key, its sequence and position)."""
+    return 1024 + 250 * sum(len(rows) for rows in keyed.values())
+
+
+KEYED_ROWS_CACHE_BYTES = 16 << 20
+
+
+@sized_cache(max_bytes=KEYED_ROWS_CACHE_BYTES, cost=_keyed_bytes)
 def _cached_keyed_rows(path: str, wanted: tuple[int, ...], width: int) -> dict[tuple[Any, ...], list[tuple[Any, int]]]:
     return _read_keyed_rows(path, wanted, width)
 

@@ -41,6 +41,7 @@ from tables.errors import DorisError, SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL
 from tables.row_delta import live_delete_files
 from tables.rowsets import FileFilter, keeps_uris, plain_path
+from tables.sized_cache import sized_cache
 from tables.warehouse import arrow_path, as_location, file_stamp
 
 log = logging.getLogger(__name__)
@@ -462,12 +463,27 @@ def _file_rows(path: str, stamp: Stamp) -> int:
     return int(_file_meta(path, stamp).num_rows)
 
 
-@functools.lru_cache(maxsize=1024)
+def _meta_bytes(meta: pq.FileMetaData) -> int:
+    """What a file's parsed footer keeps alive: about 8 times its serialized size (19 KB for 2.4 KB)."""
+    return 8 * int(meta.serialized_size) + 2048
+
+
+def _table_bytes(table: pa.Table) -> int:
+    """What a tiny file's table keeps alive: its buffers, and about 2.5 KB a column of schema and C++ structures
+    (a 4-row table of 8 columns: 22 KB)."""
+    return int(table.nbytes) + 2560 * int(table.num_columns) + 2048
+
+
+FILE_META_CACHE_BYTES = 8 << 20  # parsed footers (row-group statistics of the keyed reads)
+TINY_FILE_CACHE_BYTES = 16 << 20  # tiny files' tables
+
+
+@sized_cache(max_bytes=FILE_META_CACHE_BYTES, cost=_meta_bytes)
 def _file_meta(path: str, stamp: Stamp) -> pq.FileMetaData:
     return pq.read_metadata(arrow_path(as_location(path)))
 
 
-@functools.lru_cache(maxsize=2048)
+@sized_cache(max_bytes=TINY_FILE_CACHE_BYTES, cost=_table_bytes)
 def _file_table(path: str, stamp: Stamp) -> pa.Table:
     """A tiny data file, read once per version of it (`_stamp`)."""
     return pq.read_table(arrow_path(as_location(path)))
@@ -517,7 +533,18 @@ def deleted_positions(spark: SparkSession, handle: TableHandle) -> Deleted | Non
     return Deleted(frame=frame, positions=sum(f.record_count for f in files))
 
 
-@functools.lru_cache(maxsize=64)
+def _by_file_bytes(by_file: Mapping[str, frozenset[int]]) -> int:
+    return sum(256 + 48 * len(rows) for rows in by_file.values()) + 512
+
+
+def _positions_bytes(positions: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
+    return sum(256 + 40 * len(rows) for _, rows in positions) + 256
+
+
+DELETES_CACHE_BYTES = 16 << 20  # each of the two caches of deleted positions
+
+
+@sized_cache(max_bytes=DELETES_CACHE_BYTES, cost=_by_file_bytes, max_entries=64)
 def _positions_by_file(delete_files: tuple[str, ...]) -> Mapping[str, frozenset[int]]:
     """The positions these delete files name, per data file (the same sets for the same delete files: a cache
     key of `_local_rows` compares them)."""
@@ -528,7 +555,7 @@ def _positions_by_file(delete_files: tuple[str, ...]) -> Mapping[str, frozenset[
     return MappingProxyType({path: frozenset(rows) for path, rows in by_file.items()})
 
 
-@functools.lru_cache(maxsize=4096)
+@sized_cache(max_bytes=DELETES_CACHE_BYTES, cost=_positions_bytes)
 def _positions_of(delete_file: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """The positions a delete file names, per data file (read once: a delete file never changes)."""
     table = pq.read_table(

@@ -55,6 +55,17 @@ BASE_CONF: dict[str, str] = {
     # (Spark's default) before running anywhere. Shared storage has no locality to wait for; an HDFS
     # deployment may set it back in SL_SPARK_CONF.
     "spark.locality.wait": "0s",
+    # Spark's query-side thread pools make a new thread for each task until their maximum (1,024 for result
+    # stages, 128 for shuffle and broadcast exchanges) and let them go after 60 s idle: a server answering
+    # queries every second swung between 480 and 820 JVM threads (issue 23's soak). 16 each is more than the
+    # queries that run at once; past it a stage waits for a thread.
+    "spark.sql.resultQueryStage.maxThreadThreshold": "16",
+    "spark.sql.shuffleExchange.maxThreadThreshold": "16",
+    "spark.sql.broadcastExchange.maxThreadThreshold": "16",
+    "spark.sql.subquery.maxThreadThreshold": "16",
+    # the cleaner removes a dropped shuffle's files before the next (as it does RDDs and broadcasts): in a
+    # burst, each removal took a thread of the block manager's pools (100 each) at once
+    "spark.cleaner.referenceTracking.blocking.shuffle": "true",
 }
 
 

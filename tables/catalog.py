@@ -100,7 +100,8 @@ class _SqlCatalog(SqlCatalog):
 
     On SQLite the database is put in WAL mode, so reads of the catalog do not wait for a commit's write. On a
     server database (PostgreSQL) connections are pinged before use, so a restart of the database is survived,
-    and while it cannot be reached every call raises `StoreUnavailable` (Doris's `[INTERNAL_ERROR]...`).
+    and while it cannot be reached every call raises `StoreUnavailable` (Doris's `[INTERNAL_ERROR]...`). A
+    statement either database refuses (its disk full, locked past the wait, read-only) raises `StoreFailed`.
     """
 
     CACHED = 64  # metadata files kept parsed (one per table in use; a commit makes the old one unused)
@@ -123,8 +124,7 @@ class _SqlCatalog(SqlCatalog):
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # kept in the file: every connection uses it
-        else:
-            report_unavailable(self.engine)
+        report_unavailable(self.engine)  # and a full disk, a lock held too long, a read-only file: `StoreFailed`
 
     def _init_catalog(self) -> None:
         """pyiceberg's (create the catalog tables when absent), one server at a time on a server database: servers

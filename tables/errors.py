@@ -28,6 +28,7 @@ layer for it. The boundary renders them: `app.responses` (one FastAPI exception 
         ├── BadRequest              body framing, size, a table or column the load cannot use
         ├── ServiceUnavailable      the server is draining for shutdown, or its Spark backend is down
         ├── StoreUnavailable        the catalog's database (PostgreSQL) cannot be reached: nothing was changed
+        ├── StoreFailed             the catalog's database refused a statement (disk full, locked, read-only)
         ├── LoadTimeout             the load outlived its `timeout` header
         └── DataQualityError        too many filtered rows; carries the error-log URL
 
@@ -200,6 +201,12 @@ class StoreUnavailable(LoadError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"catalog database unavailable: {reason}")
+
+
+class StoreFailed(LoadError):
+    """The catalog's database (SQLite or PostgreSQL) refused a statement: its disk is full, another process
+    holds it locked past the wait, it is read-only, or its file cannot be written. The transaction was rolled
+    back: the operation changed nothing, and the next one tries again (`tables.store.store_failure` words it)."""
 
 
 class DataQualityError(LoadError):

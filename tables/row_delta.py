@@ -12,7 +12,6 @@ A position delete file is Parquet with `file_path` (field id 2147483546) and `po
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -37,6 +36,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
 
 from tables.rowsets import manifest_entries
+from tables.sized_cache import sized_cache
 from tables.warehouse import (
     Location,
     arrow_path,
@@ -314,7 +314,11 @@ def live_delete_files(table: Table) -> list[DataFile]:
     ]
 
 
-@functools.lru_cache(maxsize=4096)
+def _paths_bytes(paths: frozenset[str]) -> int:
+    return 256 + 256 * len(paths)
+
+
+@sized_cache(max_bytes=4 << 20, cost=_paths_bytes)
 def referenced_data_paths(delete_file: str) -> frozenset[str]:
     """The data files a position delete file names."""
     column = pq.read_table(arrow_path(as_location(delete_file)), columns=["file_path"]).column("file_path")

@@ -18,7 +18,10 @@ may take named locks (`Tx.lock`: `pg_advisory_xact_lock`, released at its end; o
 already excludes every other writer), and callers write state changes as conditional UPDATEs.
 
 A database that cannot be reached raises `StoreUnavailable` ("[INTERNAL_ERROR]catalog database unavailable: ...");
-the broken connection is dropped, and the next call connects again.
+the broken connection is dropped, and the next call connects again. One that refuses a statement for a reason
+the user can act on (its disk full, locked by another process past the wait, read-only, its file not writable)
+raises `StoreFailed` ("[INTERNAL_ERROR]catalog store write failed: database or disk is full", `store_failure`),
+not the driver's error in SQLAlchemy's wrapping; the transaction is rolled back and the next call tries again.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.pool import NullPool
 
-from tables.errors import StoreUnavailable
+from tables.errors import LoadError, StoreFailed, StoreUnavailable
 
 # -- the tables ------------------------------------------------------------------------------------------------
 METADATA = sa.MetaData()
@@ -328,6 +331,21 @@ class Store:
         assert self._sqlite_path is not None
         return sqlite3.connect(self._sqlite_path, check_same_thread=False, isolation_level=None)
 
+    @contextmanager
+    def _sqlite_failures(self, *, writes: bool) -> Iterator[None]:
+        """SQLite's refusals inside the block raised as `store_failure` words them (under the connection's lock);
+        a write connection found read-only is opened anew, so writes succeed again once the file is writable."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if writes and _sqlite_read_only(exc):
+                self._write_conn.close()
+                self._write_conn = self._sqlite_connect()
+                self._write_conn.execute("PRAGMA synchronous=FULL")
+            if (failure := store_failure(exc)) is not None:
+                raise failure from exc
+            raise
+
     # statements
 
     def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
@@ -355,7 +373,7 @@ class Store:
     def write(self) -> Iterator[Tx]:
         """One write transaction: committed at the end of the block, rolled back on an exception."""
         if self._sqlite_path is not None:
-            with self._write_lock:
+            with self._write_lock, self._sqlite_failures(writes=True):
                 conn = self._write_conn
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -378,7 +396,7 @@ class Store:
         """One statement in a transaction of its own (on SQLite without BEGIN/COMMIT around it: SQLite's own
         implicit transaction, half the statements of `write`)."""
         if self._sqlite_path is not None:
-            with self._write_lock:
+            with self._write_lock, self._sqlite_failures(writes=True):
                 return Tx(self, self._write_conn).run(sql, **params)
         with self.write() as tx:
             return tx.run(sql, **params)
@@ -392,7 +410,7 @@ class Store:
     def read(self) -> Iterator[Tx]:
         """A connection for reads: each statement sees the last commit (autocommit), never waits for a write."""
         if self._sqlite_path is not None:
-            with self._read_lock:
+            with self._read_lock, self._sqlite_failures(writes=False):
                 yield Tx(self, self._read_conn)
             return
         with self._pooled(self._reads) as conn:
@@ -413,6 +431,12 @@ class Store:
             if _lost(conn):
                 conn.invalidate(exc)
                 raise StoreUnavailable(_reason(exc)) from exc
+            if (failure := store_failure(exc)) is not None:
+                raise failure from exc
+            raise
+        except dbapi.Error as exc:
+            if (failure := store_failure(exc)) is not None:
+                raise failure from exc
             raise
         finally:
             conn.close()
@@ -453,7 +477,7 @@ class Store:
 def report_unavailable(engine: sa.Engine) -> None:
     """Make a lost or unreachable database raise `StoreUnavailable` from `engine` (pyiceberg's catalog engine):
     a connection refused, or one that broke under a statement; a pre-ping's finding is left to the pool, which
-    reconnects."""
+    reconnects. A statement the database refuses for a reason `store_failure` knows raises `StoreFailed`."""
 
     @sa.event.listens_for(engine, "handle_error")
     def unavailable(ctx: sa.engine.ExceptionContext) -> BaseException | None:
@@ -462,7 +486,64 @@ def report_unavailable(engine: sa.Engine) -> None:
         refused = ctx.connection is None and isinstance(ctx.sqlalchemy_exception, sa.exc.OperationalError)
         if ctx.is_disconnect or refused:
             return StoreUnavailable(_reason(ctx.original_exception))
+        if _sqlite_read_only(ctx.original_exception):  # opened while the file could not be written: open anew
+            ctx.is_disconnect, ctx.invalidate_pool_on_disconnect = True, False
+        return store_failure(ctx.original_exception)
+
+
+# SQLite's primary result codes (the low byte of an extended one) and PostgreSQL's SQLSTATEs a user can act on
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 5, 6, 8, 10, 13, 14
+_PG_LOCKED = {"55P03", "40P01"}  # lock_not_available (lock_timeout), deadlock_detected
+_PG_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or default_transaction_read_only
+_PG_RESOURCES = "53"  # insufficient resources: 53100 disk_full, 53200 out_of_memory, 53300 too_many_connections
+
+
+def store_failure(exc: BaseException) -> LoadError | None:
+    """The catalog database's refusal of a statement as the user reads it, or None when it is not one of these
+    (a bug's error stays as it is):
+
+        disk full          catalog store write failed: database or disk is full
+        locked, busy       catalog store busy: database is locked (another process holds it)
+        read-only          catalog store write failed: the database is read-only
+        disk I/O error     catalog store write failed: disk I/O error
+        cannot open file   catalog database unavailable: unable to open database file
+    """
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    if isinstance(orig, sqlite3.Error):
+        code = (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF
+        text = str(orig).strip() or type(orig).__name__
+        if code == _SQLITE_FULL or "disk is full" in text:
+            return StoreFailed("catalog store write failed: database or disk is full")
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "is locked" in text:
+            return StoreFailed(f"catalog store busy: {text} (another process holds it)")
+        if code == _SQLITE_READONLY or "readonly database" in text:
+            return StoreFailed("catalog store write failed: the database is read-only")
+        if code == _SQLITE_IOERR or "disk I/O error" in text:
+            return StoreFailed("catalog store write failed: disk I/O error")
+        if code == _SQLITE_CANTOPEN or "unable to open" in text:
+            return StoreUnavailable(text)
         return None
+    sqlstate = getattr(orig, "sqlstate", None)
+    if not isinstance(sqlstate, str):
+        return None
+    text = _reason(orig)
+    if sqlstate == "53100":
+        return StoreFailed(f"catalog store write failed: database or disk is full ({text})")
+    if sqlstate.startswith(_PG_RESOURCES):
+        return StoreFailed(f"catalog store write failed: {text}")
+    if sqlstate in _PG_LOCKED:
+        return StoreFailed(f"catalog store busy: {text}")
+    if sqlstate == _PG_READ_ONLY:
+        return StoreFailed(f"catalog store write failed: the database is read-only ({text})")
+    if sqlstate.startswith(("08", "57P")):  # connection exception, operator intervention (shutdown)
+        return StoreUnavailable(text)
+    return None
+
+
+def _sqlite_read_only(exc: BaseException) -> bool:
+    """SQLite refused a write as read-only: the file could not be opened for writing when the connection was
+    made (SQLite then opens it read-only), so the connection stays read-only after the file is writable again."""
+    return isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == _SQLITE_READONLY
 
 
 def _lost(conn: Any) -> bool:

@@ -1,9 +1,10 @@
 """Injected faults under the load's later steps (issue 23), against a server in a process of its own: the disk
 fills up while Spark writes the rowset (the warehouse on a small tmpfs) or while the catalog commits (the
-catalog's SQLite file on a small tmpfs), and another process holds the catalog or the transaction store locked
-(`BEGIN EXCLUSIVE`) for a while. Each load waits and succeeds or fails with a clear error, leaves no rowset file
-and no label behind, every load acknowledged before still answers, and the server loads again, without a
-restart, once space is back or the lock is gone."""
+catalog's SQLite file on a small ext4 image), another process holds the catalog or the transaction store locked
+(`BEGIN EXCLUSIVE`) for a while, and the catalog's files cannot be written for a while (`chattr +i` on ext4:
+writes through the server's open files fail, as root too). Each load waits and succeeds or fails with a clear
+error, leaves no rowset file and no label behind, every load acknowledged before still answers, and the server
+loads again, without a restart, once space is back, the lock is gone or the files are writable again."""
 
 from __future__ import annotations
 
@@ -33,14 +34,24 @@ def mount_tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
 
 
+def mount_ext4(path: Path, image: Path, size: str) -> None:
+    """A file system of `size` in `image`, loop-mounted on `path` (ext4: `chattr +i` holds for open files too)."""
+    path.mkdir()
+    subprocess.run(["truncate", "-s", size, str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-m", "0", str(image)], check=True)  # -m 0: no blocks kept for root
+    done = subprocess.run(["mount", "-o", "loop", str(image), str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image: {done.stderr.decode().strip()}")
+
+
 @pytest.fixture(scope="module")
 def disks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """The warehouse on a 24 MB tmpfs, the catalog's SQLite file on a 4 MB one (we run as root)."""
+    """The warehouse on a 24 MB tmpfs, the catalog's SQLite file on a 4 MB ext4 image (we run as root)."""
     tmp = tmp_path_factory.mktemp("store-faults")
     out = {"tmp": tmp, "warehouse": tmp / "warehouse", "catalog": tmp / "catalog"}
     mount_tmpfs(out["warehouse"], "24m")
     try:
-        mount_tmpfs(out["catalog"], "4m")
+        mount_ext4(out["catalog"], tmp / "catalog.img", "4m")
         try:
             yield out
         finally:
@@ -134,8 +145,7 @@ def test_a_full_disk_while_the_catalog_commits_fails_the_load_and_leaves_nothing
     try:
         reply = server.load(DB, "commit", b"2,full\n", label="commit_full")
         assert reply["Status"] == "Fail", reply
-        assert reply["Message"].startswith("[INTERNAL_ERROR]"), reply
-        assert "full" in reply["Message"], reply
+        assert reply["Message"] == "[INTERNAL_ERROR]catalog store write failed: database or disk is full", reply
         assert_left_nothing(server, "commit_full", "commit", before, disks)
         assert server.sql(DB, "SELECT k, v FROM commit ORDER BY k")["data"] == [[1, "before"]]
     finally:
@@ -180,7 +190,8 @@ def test_a_locked_store_makes_loads_wait_or_fail_cleanly_and_they_succeed_once_i
         if seconds < 5:
             assert reply["Status"] == "Success", reply
         if reply["Status"] != "Success":
-            assert reply["Status"] == "Fail" and "locked" in reply["Message"], reply
+            assert reply["Status"] == "Fail", reply
+            assert reply["Message"].startswith("[INTERNAL_ERROR]catalog store busy: database is locked"), reply
         holder.wait(timeout=60)
     finally:
         holder.kill()
@@ -196,3 +207,30 @@ def test_a_locked_store_makes_loads_wait_or_fail_cleanly_and_they_succeed_once_i
     assert again["Status"] == "Success", again
     assert server.label_state(DB, f"{table}_before") == "VISIBLE"
     assert os.path.exists(path)
+
+
+def test_a_catalog_that_cannot_be_written_fails_loads_cleanly_and_they_succeed_once_it_can(
+    server: ServerProcess, disks: dict[str, Path]
+) -> None:
+    """The catalog's database file and its write-ahead log immutable (`chattr +i`; not the shared-memory index,
+    which SQLite maps): a load's commit fails with the store's error in Doris's words, reads still answer, and
+    once the files are writable again loads succeed without a restart."""
+    server.sql(DB, DDL.format(name="readonly"))
+    assert server.load(DB, "readonly", b"1,before\n", label="readonly_before")["Status"] == "Success"
+    before = table_files(server, disks, "readonly")
+    files = [disks["catalog"] / "catalog.db", disks["catalog"] / "catalog.db-wal"]
+    assert all(f.exists() for f in files), sorted(disks["catalog"].iterdir())
+    subprocess.run(["chattr", "+i", *map(str, files)], check=True)
+    try:
+        reply = server.load(DB, "readonly", b"2,during\n", label="readonly_during")
+        assert reply["Status"] == "Fail", reply
+        assert reply["Message"].startswith("[INTERNAL_ERROR]catalog store write failed: "), reply
+        assert "sqlite3" not in reply["Message"] and "sqlalche" not in reply["Message"], reply
+        assert_left_nothing(server, "readonly_during", "readonly", before, disks)
+        assert server.sql(DB, "SELECT k, v FROM readonly ORDER BY k")["data"] == [[1, "before"]]
+        assert server.label_state(DB, "readonly_before") == "VISIBLE"
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, files)], check=True)
+    again = server.load(DB, "readonly", b"2,again\n", label="readonly_during")
+    assert again["Status"] == "Success", again
+    assert server.sql(DB, "SELECT k, v FROM readonly ORDER BY k")["data"] == [[1, "before"], [2, "again"]]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tables.accounts import AccountStore, Identity, Priv, Scope, SharedLoginThrottle
-from tables.errors import AlreadyExists, LabelAlreadyExists, NotAuthorized, StoreUnavailable
+from tables.errors import AlreadyExists, LabelAlreadyExists, NotAuthorized, StoreFailed, StoreUnavailable
 from tables.load_jobs import FINISHED, LOADING, PENDING, LoadJobStore
 from tables.routine_load import STORE_FORMAT, BatchCounts, JobState, RoutineLoadJob, RoutineLoadSpec, RoutineLoadStore
 from tables.store import Store
@@ -330,3 +330,37 @@ def test_servers_starting_together_on_a_new_database_all_start(postgres: Postgre
     assert RoutineLoadStore(stores[0]).format == STORE_FORMAT
     for store in stores:
         store.close()
+
+
+def test_a_read_only_store_fails_writes_in_dorises_words_and_writes_again_once_writable(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    """SQLite: the write connection refuses writes (`query_only`, as a connection opened while its file could not
+    be written does); PostgreSQL: the database's sessions are read-only (`default_transaction_read_only`, as on a
+    standby). The write fails with the reason, not the driver's error in SQLAlchemy's wrapping; reads answer;
+    once writes are possible again they succeed, on the same store."""
+    txns = TransactionStore(store, label_keep_seconds=3600)
+    first = txns.begin("db", "t", "before")
+    if store.dialect == "sqlite":
+        store._write_conn.execute("PRAGMA query_only = ON")
+    else:
+        import psycopg
+        import sqlalchemy as sa
+
+        postgres: PostgresServer = request.getfixturevalue("postgres")
+        name = sa.engine.make_url(store.uri).database
+        with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        store._engine.dispose()  # new sessions take the database's setting
+    with pytest.raises(StoreFailed) as refused:
+        txns.begin("db", "t", "during")
+    assert refused.value.doris_message.startswith(
+        "[INTERNAL_ERROR]catalog store write failed: the database is read-only"
+    )
+    assert "sqlalchemy" not in refused.value.doris_message.lower()
+    assert txns.label_state("db", "before") == PREPARE and txns.label_state("db", "during") == UNKNOWN
+    if store.dialect == "postgresql":
+        with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+        store._engine.dispose()
+    assert txns.begin("db", "t", "during") > first  # SQLite: the refusing connection was replaced
