@@ -18,9 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket is held until all are bound (ports picked one at a time may be the
+    same one twice: a server given it for HTTP and MySQL fails to bind the second, `[Errno 98]`)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def default_command(port: int, mysql_port: int, data_dir: Path) -> list[str]:
@@ -49,8 +60,7 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 120, **env: str) -> ServerProcess:
-        self.port = free_port()
-        self.mysql_port = free_port()
+        self.port, self.mysql_port = free_ports(2)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SL_")}
         full_env.update(
             SL_SPARK_MASTER="local[2]",

@@ -1003,7 +1003,12 @@ def run(
 
 
 # -- the soak: the workload without kills ----------------------------------------------------------------------
-SOAK_ENV = {k: v for k, v in SERVER_ENV.items() if not k.startswith("SL_SNAPSHOT_")}  # the default snapshot bounds
+# the soak checks the snapshot bound at this count: a round of more than 100 loads into one table (the default
+# count) could expire snapshots mid-round, and the checker reads the round's load order from them
+SOAK_KEEP_COUNT = 1000
+SOAK_ENV = {k: v for k, v in SERVER_ENV.items() if not k.startswith("SL_SNAPSHOT_")} | {
+    "SL_SNAPSHOT_KEEP_COUNT": str(SOAK_KEEP_COUNT)
+}
 SOAK_RSS_GROWTH_MB = 50
 SOAK_DRIFT = 0.10  # open files and threads: within ±10% of the first checked sample
 
@@ -1140,7 +1145,7 @@ def soak(workdir: Path, *, seconds: float, round_seconds: float, seed: int | Non
             samples.append(sample(server, started))
         finally:
             server.kill()
-    problems = soak_problems(samples, seconds, keep_count=100)
+    problems = soak_problems(samples, seconds, keep_count=SOAK_KEEP_COUNT)
     middle = samples[len(samples) // 2]
     return {
         "seconds": round(time.monotonic() - started, 1),
