@@ -3,6 +3,7 @@ calls, in a handful of round trips to the JVM where PySpark's cost one per expre
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,13 +17,18 @@ EXPRS = [f"k + {i} AS c{i}" for i in range(20)]
 
 @contextmanager
 def round_trips(spark: Any) -> Iterator[list[int]]:
-    """Counts the commands this process sends to the JVM inside the block (py4j's client, wrapped in place)."""
+    """Counts the commands this thread sends to the JVM inside the block (py4j's client, wrapped in place).
+
+    Only this thread's: the test session's Spark is shared, and a background thread left by an earlier test (a
+    server's maintenance, a group's job) may send its own commands meanwhile (it once added 36 to a count of 3)."""
     client = spark.sparkContext._gateway._gateway_client
     sent = [0]
     original: Callable[..., Any] = client.send_command
+    me = threading.get_ident()
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        sent[0] += 1
+        if threading.get_ident() == me:
+            sent[0] += 1
         return original(*args, **kwargs)
 
     client.send_command = counting
