@@ -24,7 +24,7 @@ from pathlib import Path
 from tables.catalog import BrokenTable, Catalog, TableHandle, _plain_path
 from tables.error_logs import expire_error_logs
 from tables.errors import DatabaseNotFound, TableNotFound
-from tables.paths import UnsafePath, removable_path, remove_file
+from tables.paths import UnsafePath, removable_path, remove_file, remove_tree
 from tables.transactions import COMMITTED, PRECOMMITTED, PREPARE, TransactionStore
 from tables.warehouse import WarehouseStorage
 
@@ -136,6 +136,9 @@ def _remove_unreferenced(
                 live = str(path) in referenced
             if live or now - path.stat().st_mtime < grace_seconds:
                 continue
+            if path.is_dir() and not path.is_symlink():  # Spark's `_temporary` of a write killed before its commit
+                removed += remove_tree(path, [root])
+                continue
             removed += remove_file(path, [root])
         if not any(txn_dir.iterdir()) and now - txn_dir.stat().st_mtime >= grace_seconds:
             remove_file(txn_dir, [root])
@@ -169,6 +172,10 @@ def _remove_orphans_in_storage(
             for entry in files:
                 name = entry.name[1:-4] if entry.name.startswith(".") and entry.name.endswith(".crc") else entry.name
                 if str(storage.child(txn_dir.location, name)) in referenced or now - entry.mtime < grace_seconds:
+                    continue
+                if entry.is_dir:  # Spark's `_temporary` of a write killed before its commit
+                    storage.remove_tree(entry.location)
+                    removed += 1
                     continue
                 removed += storage.remove_file(entry.location)
             # an object store has no empty directories: one with no files left is gone with them

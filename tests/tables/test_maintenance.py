@@ -63,6 +63,9 @@ def test_orphans_go_but_live_young_and_unresolved_files_stay(services) -> None: 
     orphan_dir.mkdir()
     orphan = orphan_dir / "part-0.parquet"
     orphan.write_bytes(b"left by a crash")
+    spark_temporary = orphan_dir / "_temporary" / "0" / "_temporary" / "attempt_1" / "part-1.parquet"
+    spark_temporary.parent.mkdir(parents=True)
+    spark_temporary.write_bytes(b"a task's output, its job killed before the commit")
     young_dir = table_dir / "txn_999998"
     young_dir.mkdir()
     young = young_dir / "part-0.parquet"
@@ -75,14 +78,14 @@ def test_orphans_go_but_live_young_and_unresolved_files_stay(services) -> None: 
     staged_orphan = services.settings.resolved_data_dir / "staging" / "txn_999997.dat"
     staged_orphan.parent.mkdir(parents=True, exist_ok=True)
     staged_orphan.write_bytes(b"body")
-    for path in (orphan, pending, staged_orphan, *live):
+    for path in (orphan, orphan_dir / "_temporary", pending, staged_orphan, *live):
         _age(path, 3600)
 
     report = _maintain(services, grace=600)
 
-    assert not orphan.exists() and not staged_orphan.exists()
+    assert not orphan.exists() and not staged_orphan.exists() and not (orphan_dir / "_temporary").exists()
     assert young.exists() and pending.exists() and all(p.exists() for p in live)
-    assert report.files_removed == 2
+    assert report.files_removed == 3
     assert _rows(services) == [[1, 1]]
 
 
