@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
-from spark_runner import arrow_csv, small_rowset
+from spark_runner import arrow_csv, prepared, small_rowset
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -182,7 +182,8 @@ def inline_fields(
     ]
     table = split.add_column(0, POS, pos)
     inline = spark.createDataFrame(table, schema=T.StructType(fields))
-    return small_rowset.mark_small(_split_fields_source(inline, dialect, POS), rows=split.num_rows)
+    source = prepared.mark_leaf(_split_fields_source(inline, dialect, POS), inline)
+    return small_rowset.mark_small(source, rows=split.num_rows)
 
 
 def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame | None:
@@ -674,30 +675,22 @@ def error_lines(rows: DataFrame, max_bytes: int) -> list[str]:
     return [clip_error_line(r["line"], max_bytes) for r in bad]
 
 
-def run_load_job(
-    spark: SparkSession,
+def _rowset(
     source: DataFrame,
     plan: LoadPlan,
-    *,
-    directory: Location,
-    version: int,
+    observation: Observation,
     field_ids: dict[str, int],
     buckets: int,
-    stored: StoredRows | None = None,
-    lookup: bool = False,
-    extra_metrics: tuple[Column, ...] = (),
-) -> JobOutcome:
-    """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
-
-    `stored`: the table's current rows (merged, for a partial update of a merge-on-read table) or a positional
-    table's lookup rows (`queries.lookup_rows`), for the buckets the load writes (a small load's are known
-    before its job). With `lookup` the load is merged into them (`spark_runner.mow`):
-    only the rows that beat the stored ones are written, and the stored rows they beat are named in position
-    delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
-    (group commit counts per load).
-    """
+    stored: StoredRows | None,
+    lookup: bool,
+    extra_metrics: tuple[Column, ...],
+    collected: bool,
+    version: int,
+    name: str,
+) -> tuple[DataFrame, DataFrame, Observation | None]:
+    """The load's prepared rows (before counting: its error lines come from them), its rowset (a collected one
+    sorted by key) and the observation of a partial update's new keys."""
     rows = prepare_rows(source, plan)
-    observation = Observation(f"load_{name_of(directory)}")
     rows = rows.observe(
         observation,
         named("total", "count(1)"),
@@ -740,7 +733,7 @@ def run_load_job(
         assert stored_rows is not None, "this load reads the table's current rows"
         good = fill_from_stored(good, stored_rows, plan)
         key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
-        partial_metrics = Observation(f"partial_{name_of(directory)}")
+        partial_metrics = Observation(f"partial_{name}")
         good = good.observe(
             partial_metrics,
             F.expr(f"count_if({NEW_KEY})").alias("new_rows"),
@@ -750,7 +743,6 @@ def run_load_job(
         )
     if lookup:
         good = good.withColumn(WINS, named(WINS, winning(table)))
-    collected = buckets == 1 and small_rowset.is_small(source) and (lookup or not plan.reads_stored)
     # a collected rowset gets its version after the job: a literal would be compiled into the job's
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
@@ -760,11 +752,70 @@ def run_load_job(
         # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
         out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
     out = with_partition(out, table, field_ids)
+    if collected and keys:
+        out = out.sortWithinPartitions(*[named(k) for k in keys])
+    return rows, out, partial_metrics
+
+
+def run_load_job(
+    spark: SparkSession,
+    source: DataFrame,
+    plan: LoadPlan,
+    *,
+    directory: Location,
+    version: int,
+    field_ids: dict[str, int],
+    buckets: int,
+    stored: StoredRows | None = None,
+    lookup: bool = False,
+    extra_metrics: tuple[Column, ...] = (),
+) -> JobOutcome:
+    """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
+
+    `stored`: the table's current rows (merged, for a partial update of a merge-on-read table) or a positional
+    table's lookup rows (`queries.lookup_rows`), for the buckets the load writes (a small load's are known
+    before its job). With `lookup` the load is merged into them (`spark_runner.mow`):
+    only the rows that beat the stored ones are written, and the stored rows they beat are named in position
+    delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
+    (group commit counts per load).
+    """
+    table = plan.table
+    keys = list(table.key_columns)
+    lines = small_rowset.known_rows(source)
+    collected = buckets == 1 and small_rowset.is_small(source) and (lookup or not plan.reads_stored)
+    leaf = prepared.leaf_of(source) if collected and stored is None else None
+    shape = None
+    if leaf is not None:  # a chain over the load's own rows only: its analyzed plan serves the loads of its shape
+        merged = lines is None or lines > 1
+        per_load = tuple(repr(c) for c in extra_metrics)  # a group's counts per load (their SQL)
+        shape = prepared.shape_key(plan, leaf, tuple(sorted(field_ids.items())), merged, per_load)
+    reused = prepared.reuse(spark, shape, leaf) if shape is not None and leaf is not None else None
+    rows: DataFrame | None = None
+    observation: Observation | None = None
+    partial_metrics: Observation | None = None
+    # a merge-on-write decision: the row wins, the stored file and row it beats
+    decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
+    if reused is not None:
+        out, metrics_name = reused
+    else:
+        metrics_name = f"load_{name_of(directory)}"
+        observation = Observation(metrics_name)
+        rows, out, partial_metrics = _rowset(
+            source,
+            plan,
+            observation,
+            field_ids,
+            buckets,
+            stored,
+            lookup,
+            extra_metrics,
+            collected,
+            version,
+            name_of(directory),
+        )
     deletes: list[str] = []
     if collected:
         # one partition, in key order; the decision columns split into the rows and the position deletes
-        if keys:
-            out = out.sortWithinPartitions(*[named(k) for k in keys])
         files, positions = small_rowset.write_collected(out, directory, version=version, decision=decision)
         if positions is not None:
             written = write_position_deletes(directory, positions)
@@ -784,13 +835,15 @@ def run_load_job(
     if partial_metrics is not None:
         found = partial_metrics.get
         check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
-    metrics = observation.get
+    metrics = observation.get if observation is not None else prepared.observed(out, metrics_name)
+    if shape is not None and reused is None:
+        prepared.remember(shape, out, metrics_name)
     total = int(metrics.get("total") or 0)
     filtered = int(metrics.get("filtered") or 0)
     unselected = int(metrics.get("unselected") or 0)
     counts = LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
     errors: list[str] = []
     if filtered:
-        errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
+        errors = error_lines(rows or prepare_rows(source, plan), plan.request.limits.error_log_line_bytes)
     extra = {name: value for name, value in metrics.items() if name not in ("total", "filtered", "unselected")}
     return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)
