@@ -27,12 +27,14 @@ import json
 import threading
 from typing import Any
 
+from py4j.java_gateway import JavaClass
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_runner.planning import LoadPlan
 
 MAX_PLANS = 256
+LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
 _ATTR = "_sl_prepared"
 _LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation alone
 _LOCK = threading.Lock()
@@ -98,7 +100,7 @@ def remember(key: tuple[Any, ...], out: DataFrame, metrics: str) -> None:
             return
         nodes.append(node)
         node = children.apply(0)
-    if node.getClass().getName() != "org.apache.spark.sql.catalyst.plans.logical.LocalRelation":
+    if node.getClass().getName() != LOCAL_RELATION:
         return
     with _LOCK:
         if len(plans) >= MAX_PLANS:
@@ -113,18 +115,23 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaf: DataFrame) -> tuple[D
     found = plans.get(key) if plans is not None else None
     if found is None:
         return None
-    jvm = spark._jvm
-    assert jvm is not None
     rows = leaf._jdf.queryExecution().analyzed()
-    logical = jvm.org.apache.spark.sql.catalyst.plans.logical
-    node = logical.LocalRelation(found.output, rows.data(), rows.isStreaming(), rows.stream())
+    node = _java(spark, LOCAL_RELATION)(found.output, rows.data(), rows.isStreaming(), rows.stream())
     node.setAnalyzed()
-    converters = jvm.scala.jdk.javaapi.CollectionConverters
+    converters, lists = _java(spark, "scala.jdk.javaapi.CollectionConverters"), _java(spark, "java.util.List")
     for parent in reversed(found.nodes):
-        node = parent.withNewChildren(converters.asScala(jvm.java.util.List.of(node)).toSeq())
+        node = parent.withNewChildren(converters.asScala(lists.of(node)).toSeq())
         node.setAnalyzed()
-    dataset = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node)
+    dataset = _java(spark, "org.apache.spark.sql.classic.Dataset").ofRows(spark._jsparkSession, node)
     return DataFrame(dataset, spark), found.metrics
+
+
+def _java(spark: SparkSession, name: str) -> Any:
+    """The JVM class `name`, named in full: py4j's `jvm.org.apache...` asks the JVM about every prefix (`org`,
+    `org.apache`, ...), and each is a class lookup that fails after searching every jar on the class path (18%
+    of a warm one-row load's JVM samples)."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    return JavaClass(name, client)
 
 
 def observed(out: DataFrame, name: str) -> dict[str, Any]:
