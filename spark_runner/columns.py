@@ -29,18 +29,24 @@ _ATTR = "_sl_columns"
 _LOCK = threading.Lock()
 
 
-def _cache() -> dict[tuple[Any, ...], Any] | None:
+def context_cache(attr: str) -> dict[tuple[Any, ...], Any] | None:
+    """The dict kept on the active `SparkContext` under `attr` (None while there is none): what it holds lives
+    and dies with that context's JVM."""
     context = SparkContext._active_spark_context
     if context is None:
         return None
-    cache: dict[tuple[Any, ...], Any] | None = getattr(context, _ATTR, None)
+    cache: dict[tuple[Any, ...], Any] | None = getattr(context, attr, None)
     if cache is None:
         with _LOCK:
-            cache = getattr(context, _ATTR, None)
+            cache = getattr(context, attr, None)
             if cache is None:
                 cache = {}
-                setattr(context, _ATTR, cache)
+                setattr(context, attr, cache)
     return cache
+
+
+def _cache() -> dict[tuple[Any, ...], Any] | None:
+    return context_cache(_ATTR)
 
 
 def _cached(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:

@@ -28,9 +28,9 @@ import threading
 from typing import Any
 
 from py4j.java_gateway import JavaClass
-from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_runner.columns import context_cache
 from spark_runner.planning import LoadPlan
 
 MAX_PLANS = 256
@@ -68,17 +68,7 @@ def shape_key(plan: LoadPlan, leaf: DataFrame, *parts: Any) -> tuple[Any, ...]:
 
 
 def _plans() -> dict[tuple[Any, ...], Prepared] | None:
-    context = SparkContext._active_spark_context
-    if context is None:
-        return None
-    plans: dict[tuple[Any, ...], Prepared] | None = getattr(context, _ATTR, None)
-    if plans is None:
-        with _LOCK:
-            plans = getattr(context, _ATTR, None)
-            if plans is None:
-                plans = {}
-                setattr(context, _ATTR, plans)
-    return plans
+    return context_cache(_ATTR)
 
 
 def remember(key: tuple[Any, ...], out: DataFrame, metrics: str) -> None:
