@@ -844,6 +844,8 @@ def run_load_job(
     counts = LoadCounts(total=total, filtered=filtered, unselected=unselected, loaded=total - filtered - unselected)
     errors: list[str] = []
     if filtered:
-        errors = error_lines(rows or prepare_rows(source, plan), plan.request.limits.error_log_line_bytes)
+        if rows is None:  # a reused plan: the error lines come from a chain built for them
+            rows = prepare_rows(source, plan)
+        errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
     extra = {name: value for name, value in metrics.items() if name not in ("total", "filtered", "unselected")}
     return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)

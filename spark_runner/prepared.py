@@ -9,9 +9,9 @@ attributes, every node marked analyzed so Spark goes straight to optimizing. Onl
 above the leaf has one child (no join with stored rows) and every expression is deterministic (the nodes'
 expressions are shared by the loads that reuse them, as any two queries over one DataFrame share them).
 
-The key is everything the chain is built from: the load plan with the request's per-load fields (label,
-comment, timeout, filter ratio, transaction mode) left out, the field ids, the buckets, whether rows are merged,
-the leaf's schema. A key that misses only costs a fresh build; a shape that changes (a schema change makes a
+The key is everything the chain is built from: the load plan (the table's definition, buckets and partitions
+included) with the request's per-load fields (label, comment, timeout, filter ratio, transaction mode) left out,
+the field ids, whether rows are merged, the SQL of a group's per-load counts, the leaf's schema. A key that misses only costs a fresh build; a shape that changes (a schema change makes a
 new table definition) is a new key. The plans live on the `SparkContext` whose JVM holds them, as the columns
 of `spark_runner.columns` do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past that
 the cache starts over.
