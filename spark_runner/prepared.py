@@ -11,10 +11,10 @@ expressions are shared by the loads that reuse them, as any two queries over one
 
 The key is everything the chain is built from: the load plan (the table's definition, buckets and partitions
 included) with the request's per-load fields (label, comment, timeout, filter ratio, transaction mode) left out,
-the field ids, whether rows are merged, the SQL of a group's per-load counts, the leaf's schema. A key that misses only costs a fresh build; a shape that changes (a schema change makes a
-new table definition) is a new key. The plans live on the `SparkContext` whose JVM holds them, as the columns
-of `spark_runner.columns` do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past that
-the cache starts over.
+the field ids, whether rows are merged, the SQL of a group's per-load counts, the leaf's schema. A key that
+misses only costs a fresh build; a shape that changes (a schema change makes a new table definition) is a
+new key. The plans live on the `SparkContext` whose JVM holds them, as the columns of `spark_runner.columns`
+do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past that the cache starts over.
 
 The load's counts come from the plan's `observe` node (`CollectMetrics`), read from the query execution of
 each run by the name the first build gave it.
