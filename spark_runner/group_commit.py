@@ -84,7 +84,8 @@ MODE_PROPERTY = "group_commit_mode"  # table property: the mode of loads that se
 LOAD_SHIFT = 47  # a row's position in the group: (load index << LOAD_SHIFT) + its position in its payload
 MAX_ERROR_ROWS = 50
 MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed async load
-REJOIN_SHARE = 0.1  # a group formed of queued loads waits this share of the previous group's time for more
+REJOIN_SHARE = 0.25  # a group formed right after another waits this share of that group's time for more
+REJOIN_MIN_S = 0.02  # ... at least this long (a client's turn from its reply to its next load)
 REJOIN_MAX_S = 0.25  # ... and at most this long
 IDLE_EXIT_S = 60.0  # a worker without loads this long ends (its table may be gone); the next load starts another
 GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
@@ -337,8 +338,8 @@ class _Worker:
         self.thread.start()
 
     def _loop(self) -> None:
-        queued = self.replayed  # loads were waiting when the previous group ended (or when it started)
-        last = (0, 0.0)  # the previous group's loads and seconds
+        queued = self.items.qsize() if self.replayed else 0  # loads waiting when the previous group ended
+        last = (0, 0.0, 0.0)  # the previous group's loads, seconds and end (`time.monotonic()`)
         while True:
             batch = self._collect(queued, last)
             if not batch:
@@ -351,16 +352,19 @@ class _Worker:
             thread.start()
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
-            last = (len(batch), time.monotonic() - started)
-            queued = not self.items.empty()
+            ended = time.monotonic()
+            last = (len(batch), ended - started, ended)
+            queued = self.items.qsize()
 
-    def _collect(self, queued: bool, last: tuple[int, float] = (0, 0.0)) -> list[_Member]:
-        """The next group. The first load of an idle worker waits up to the interval for company (Doris's
-        `group_commit_interval_ms`); loads that queued while the previous group ran have waited already: they
-        go at once, with whatever else is queued, after a short grace (`REJOIN_SHARE` of the previous group's
-        time, at most `REJOIN_MAX_S` and the interval) for the loads the previous group's clients send next, up
-        to as many as that group had: else sync clients split into a group of one straggler and a group of
-        the rest, alternately, and half the groups carry one load. A full group (`max_loads`) goes at once."""
+    def _collect(self, queued: int, last: tuple[int, float, float] = (0, 0, 0)) -> list[_Member]:
+        """The next group (`queued`: the loads waiting when the previous group ended; `last`: that group's loads,
+        seconds and end). The first load of an idle worker waits up to the interval for company (Doris's
+        `group_commit_interval_ms`). Right after a group, the next one expects the loads that waited for it and
+        the loads the previous group's clients send next, once answered: it closes as soon as that many are in,
+        or after a short grace (`REJOIN_SHARE` of the previous group's time, between `REJOIN_MIN_S` and
+        `REJOIN_MAX_S`, at most the interval). Else sync clients split into two groups that alternate, each
+        waiting for the other's job, and a lone sync client would wait the interval on every load. A full group
+        (`max_loads`) goes at once."""
         while True:
             try:
                 first = self.items.get(timeout=IDLE_EXIT_S)
@@ -371,13 +375,15 @@ class _Worker:
         if first is None:
             return []
         batch = [first]
-        size, seconds = last
-        grace = min(self.owner.interval_s, REJOIN_MAX_S, REJOIN_SHARE * seconds)
-        deadline = time.monotonic() + (grace if queued else self.owner.interval_s)
+        size, seconds, ended = last
+        now = time.monotonic()
+        interval = self.owner.interval_s
+        rejoin = bool(queued) or (size > 0 and now - ended < interval)  # right after a group
+        grace = min(interval, REJOIN_MAX_S, max(REJOIN_MIN_S, REJOIN_SHARE * seconds))
+        deadline = now + (grace if rejoin else interval)
+        expected = size + queued if rejoin else self.owner.max_loads
         while len(batch) < self.owner.max_loads:
-            remaining = deadline - time.monotonic()
-            if queued and len(batch) >= size:  # as many as the previous group: no reason to wait for more
-                remaining = 0.0
+            remaining = 0.0 if len(batch) >= expected else deadline - time.monotonic()
             try:
                 member = self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait()
             except queue.Empty:

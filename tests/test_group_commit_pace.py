@@ -1,5 +1,6 @@
 """Group commit at service pace: a group's loads are one Spark job, a worker whose loads queued while its
-last group ran starts the next group at once (no second interval), and concurrent async acknowledgements share
+last group ran starts the next group at once (no second interval), sync clients that load again once answered
+rejoin one group a round, and concurrent async acknowledgements share
 the WAL's fsyncs (`WalLog`, a log's group commit)."""
 
 from __future__ import annotations
@@ -103,6 +104,35 @@ def test_loads_queued_while_a_group_runs_do_not_wait_the_interval_again(spark: A
         assert_group_reply(last, mode="sync_mode", loaded=1)
         assert waited < interval - 3, f"the queued load took {waited:.1f} s after the first group: it waited again"
         assert counters(doris)["groups"] == 2
+
+
+def test_sync_clients_that_load_again_once_answered_form_one_group_a_round_without_the_interval(
+    spark: Any, tmp_path: Path
+) -> None:
+    interval = 3.0
+    clients, rounds = 4, 3
+    with group_server(spark, tmp_path, "sync_mode", group_commit_interval_ms=interval * 1000) as (doris, _):
+        barrier = threading.Barrier(clients)
+
+        def client(c: int) -> list[dict[str, Any]]:
+            barrier.wait()
+            out = []
+            for r in range(rounds):  # the next load once the previous one is answered, as a sync client does
+                body = f"{c * 10 + r},c{c}r{r}\n"
+                out.append(dict(doris.stream_load("d", "t", body, {"column_separator": ","}).json()))
+            return out
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(clients) as pool:
+            replies = [reply for chunk in pool.map(client, range(clients)) for reply in chunk]
+        seconds = time.monotonic() - started
+        for reply in replies:
+            assert_group_reply(reply, mode="sync_mode", loaded=1)
+        # the first round waits the interval for company; the next ones expect the clients of the group before
+        # (one group a round, not a straggler's group), and close once they are all back
+        assert counters(doris)["groups"] == rounds
+        assert seconds < 2 * interval, f"{rounds} rounds took {seconds:.1f} s: a later round waited the interval"
+        assert doris.rows("d", "SELECT count(*) FROM t") == [[clients * rounds]]
 
 
 def test_concurrent_async_acknowledgements_share_wal_fsyncs(spark: Any, tmp_path: Path) -> None:
