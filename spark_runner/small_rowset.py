@@ -88,6 +88,8 @@ def write_collected(
         pieces = [(f"p{pid}-", rows.filter(pa.compute.equal(ids, pid))) for pid in ids.unique().to_pylist()]
     files = []
     for prefix, piece in pieces:
+        if piece.num_rows == 0:  # every row lost to a stored one (sequence column) or was deleted: no empty file
+            continue
         path = child_of(directory, f"{prefix}part-00000-{uuid.uuid4()}-c000.snappy.parquet")
         # decimals of precision <= 18 as INT32 / INT64, as Spark writes them
         pq.write_table(piece, arrow_path(path), compression="snappy", store_decimal_as_integer=True)
