@@ -14,6 +14,7 @@ class LoadGate:
     def __init__(self) -> None:
         self.draining = False
         self._count = 0
+        self.entered = 0  # loads admitted since start
         self._cond = threading.Condition()
 
     def enter(self) -> bool:
@@ -22,7 +23,13 @@ class LoadGate:
             if self.draining:
                 return False
             self._count += 1
+            self.entered += 1
             return True
+
+    @property
+    def used(self) -> bool:
+        """Whether a load has been admitted since start (or the server is draining)."""
+        return self.entered > 0 or self.draining
 
     def exit(self) -> None:
         with self._cond:

@@ -362,6 +362,20 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
         services.spark.watch()
+        warm_up = None
+        if settings.warm_up_seconds > 0:
+            from spark_runner.warm_up import WarmUp
+
+            gate = app.state.gate
+            warm_up = WarmUp(
+                cast("SparkSession", services.spark),
+                settings.scratch_dir / "warm_up",
+                seconds=settings.warm_up_seconds,
+                busy=lambda: gate.used,
+                roots=[settings.resolved_data_dir, settings.resolved_shared_dir],
+            )
+            warm_up.start()
+        app.state.warm_up = warm_up
         task = asyncio.create_task(maintenance_loop(services))
         timeouts = asyncio.create_task(txn.precommit_timeout_loop(services))
         compacting = asyncio.create_task(compaction.compaction_loop(services))
@@ -371,6 +385,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         try:
             yield
         finally:
+            if warm_up is not None:
+                await run_in_threadpool(warm_up.close)
             trimming.cancel()
             task.cancel()
             partitioning.cancel()

@@ -136,6 +136,13 @@ class Settings(BaseSettings):
     precommit_timeout_seconds: float = Field(
         3600.0, description="A two-phase load left PRECOMMITTED this long is aborted (Doris's precommit timeout)."
     )
+    warm_up_seconds: float = Field(
+        20.0,
+        ge=0,
+        description="At start, warm the JVM for up to this many seconds with private loads (one bulk load, then "
+        "one-row loads) in a scratch catalog of its own, so that the first user loads run as fast as a warm "
+        "server's; it stops at the first user load. 0: no warm-up.",
+    )
     group_commit_interval_ms: float = Field(
         100.0,
         description="Group commit: how long a group collects loads after its first one arrives at an idle table "

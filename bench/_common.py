@@ -35,6 +35,7 @@ OUT = ROOT / "bench" / "out"  # git-ignored: cached CSV files
 AUTH = ("root", "")
 DB = "bench"
 START_TIMEOUT = 120.0
+WARM_UP_TIMEOUT = 180.0  # the warm-up runs `SL_WARM_UP_SECONDS` (20 s by default) after its bulk load
 STOP_GRACE = 20.0
 
 
@@ -159,11 +160,25 @@ class Server:
                     self.log_offset = self.log_path.stat().st_size
                     print(f"   server up in {self.startup_seconds:.1f} s (pid {self.proc.pid})")
                     sys.stdout.flush()
+                    if env.get("SL_WARM_UP_SECONDS", "").strip() not in ("0", "0.0"):
+                        self.wait_warm_up()
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
         raise BenchError(f"server did not answer GET / within {START_TIMEOUT:.0f} s:\n{self.log_tail()}")
+
+    def wait_warm_up(self) -> None:
+        """Wait for the server's JVM warm-up (`SL_WARM_UP_SECONDS`, on by default) to end: a user's load would
+        stop it, and the figures are those of a server as it is once started."""
+        deadline = time.monotonic() + WARM_UP_TIMEOUT
+        while time.monotonic() < deadline:
+            if lines := self.log_lines("JVM warm-up"):
+                print(f"   {lines[0].split(': ', 1)[-1]}")
+                sys.stdout.flush()
+                return
+            time.sleep(0.25)
+        raise BenchError(f"the server's warm-up did not end within {WARM_UP_TIMEOUT:.0f} s:\n{self.log_tail()}")
 
     def stop(self) -> None:
         """SIGTERM the whole process group, SIGKILL it after STOP_GRACE seconds; never leaves a process."""

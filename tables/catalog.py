@@ -336,6 +336,10 @@ class Catalog:
         )
         self._ddl_lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the catalog database's connections (a catalog of the server's own lifetime needs not)."""
+        self._iceberg.engine.dispose()
+
     # -- databases -----------------------------------------------------------------------
     def create_database(self, db: str, *, if_not_exists: bool = False) -> None:
         """Create a database.

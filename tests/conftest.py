@@ -22,12 +22,19 @@ pytest_plugins = ["tests.postgres"]  # the `postgres` server and a `postgres_uri
 DATA = Path(__file__).resolve().parent / "data"
 
 
+# no JVM warm-up at a test server's start (app/settings.py `warm_up_seconds`): every start would spend its seconds
+# of CPU; tests/test_warm_up.py turns it on
+WARM_UP_OFF = ("SL_WARM_UP_SECONDS", "0")
+os.environ.setdefault(*WARM_UP_OFF)
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """No SL_* or PYICEBERG_* setting of the developer's shell leaks into a test."""
     for name in list(os.environ):
         if name.startswith(("SL_", "PYICEBERG_")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv(*WARM_UP_OFF)
     monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path_factory.getbasetemp() / "pyiceberg-home"))
 
 

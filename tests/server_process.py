@@ -65,6 +65,7 @@ class ServerProcess:
         full_env.update(
             SL_SPARK_MASTER="local[2]",
             SL_MYSQL_PORT=str(self.mysql_port),
+            SL_WARM_UP_SECONDS="0",  # tests/conftest.py: no warm-up unless a test asks for it
             SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}),
         )
         full_env.update(self.env)
