@@ -1,8 +1,10 @@
 """Small loads at service speed (issue 19): its figures in one run on one fresh server, next to their goals.
 
     python bench/service.py [--sequential 50] [--warm 250] [--clients 16] [--seconds 8] [--rows 5000000] [--no-profile]
+                            [--no-warm-up]
 
-Starts one server with `python -m app` (local[2]) and measures, in this order:
+Starts one server with `python -m app` (local[2]), waits for the end of its JVM warm-up (`SL_WARM_UP_SECONDS`,
+20 s by default; `--no-warm-up` turns it off to measure a cold JVM), and measures, in this order:
 1. one-row loads, sequential (after 3 warm-up loads): client-side p50 / p99, then again after `--warm` more
    (the JVM compiles the load path's code over its first few hundred loads); meanwhile py-spy samples the
    server's Python process, and the top frames of the one-row path are printed (wall-clock samples of the
@@ -106,6 +108,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each group-commit run (default 8)")
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows of the bulk CSV (default 5,000,000)")
     parser.add_argument("--no-profile", action="store_true", help="do not profile the one-row path")
+    parser.add_argument("--no-warm-up", action="store_true", help="start the server with SL_WARM_UP_SECONDS=0")
     parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
@@ -123,7 +126,8 @@ then pyarrow, DuckDB and Spark alone on the bulk file with the server stopped.
     mb = meta["bytes"] / 1e6
     figures: dict[str, Any] = {}
     spots: list[list[Any]] = []
-    with running_server(spark_master=args.spark_master, keep=args.keep) as server:
+    env = {"SL_WARM_UP_SECONDS": "0"} if args.no_warm_up else None
+    with running_server(spark_master=args.spark_master, keep=args.keep, extra_env=env) as server:
         create_database(server)
         server.sql(unique_table_ddl("s", 1))
         loader = Loader(server, str(int(time.time())))
