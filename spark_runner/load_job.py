@@ -34,6 +34,7 @@ from spark_runner.buckets import (
 from spark_runner.columns import named, select_expr, select_named
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
+    LOCAL_JOIN,
     STORED_FILE,
     STORED_POS,
     WINS,
@@ -554,14 +555,18 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
     return joined.selectExpr(*out)
 
 
-def attach_winners(batch: DataFrame, winners: DataFrame, table: TableDef) -> DataFrame:
-    """Each incoming row with its key's stored winner: found, sequence and position (merge-on-write)."""
+def attach_winners(batch: DataFrame, winners: DataFrame, table: TableDef, *, local: bool = False) -> DataFrame:
+    """Each incoming row with its key's stored winner: found, sequence and position (merge-on-write). `local`:
+    both sides are a few rows in one partition (`mow.LOCAL_JOIN`)."""
     keys = table.key_columns
     picked = [f"{q(k)} AS __sk{i}" for i, k in enumerate(keys)]
     picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if table.has_sequence else "NULL AS __sseq")
     picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}", "true AS __sfound"]
     on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
-    joined = batch.join(winners.selectExpr(*picked), on=F.expr(on), how="left")
+    stored = winners.selectExpr(*picked)
+    if local:
+        batch, stored = batch.coalesce(1), stored.coalesce(1).hint(LOCAL_JOIN)
+    joined = batch.join(stored, on=F.expr(on), how="left")
     return joined.selectExpr(*[q(c) for c in batch.columns], STORED_FILE, STORED_POS, "__sseq", "__sfound")
 
 
@@ -716,6 +721,8 @@ def _rowset(
     if lines is None or lines > 1:  # one row (or none) the merge returns as it is: its aggregate and sort are
         good = merge_rows(good, table, POS, sequence=seq)  # most of the Spark work of a one-row load
     stored_rows: DataFrame | None = None
+    # a small load's rows and the stored rows of its one-column keys: a few rows each, joined in one partition
+    local = collected and len(keys) == 1
     if stored is not None and table.positional and small_rowset.is_small(source):
         wanted = keys_of_batch(good, table)
         stored_rows = only_keys(stored(wanted), wanted)
@@ -724,11 +731,11 @@ def _rowset(
     if stored_rows is not None and table.positional:
         if not plan.reads_stored:  # the decision needs keys, sequence and position: the values stay unread
             stored_rows = select_expr(stored_rows, [q(c) for c in decision_columns(table)])
-        stored_rows = stored_winners(stored_rows, good, table)
+        stored_rows = stored_winners(stored_rows, good, table, local=local)
     partial_metrics: Observation | None = None
     if lookup and not plan.reads_stored:
         assert stored_rows is not None, "a merge-on-write load compares with the stored rows"
-        good = attach_winners(good, stored_rows, table)
+        good = attach_winners(good, stored_rows, table, local=local)
     if plan.reads_stored:
         assert stored_rows is not None, "this load reads the table's current rows"
         good = fill_from_stored(good, stored_rows, plan)

@@ -41,13 +41,23 @@ STORED_POS = "__spos"
 _FIELD_IDS = {"file_path": 2147483546, "pos": 2147483545}
 
 
-def stored_winners(stored: DataFrame, incoming: DataFrame, table: TableDef) -> DataFrame:
+# a join of a small load's rows with the stored rows of their keys, both in one partition: a hash join of the two
+# as they are, in the job's one stage (a broadcast join runs a job of its own to build and ship its table, and AQE
+# splits the exchanges of a sort-merge join into jobs: most of the time of a one-row load into a large table)
+LOCAL_JOIN = "shuffle_hash"
+
+
+def stored_winners(stored: DataFrame, incoming: DataFrame, table: TableDef, *, local: bool = False) -> DataFrame:
     """The stored winner of each key the load writes: the lookup rows of those keys merged by sequence and
-    version (a key may have superseded tombstones beside its winner)."""
+    version (a key may have superseded tombstones beside its winner). `local`: `stored` holds only rows of the
+    load's keys, a few, and the winners go to a join in one partition (`LOCAL_JOIN`)."""
     keys = list(table.key_columns)
-    on = " AND ".join(f"s.{q(k)} <=> i.{q(k)}" for k in keys)
-    wanted = incoming.selectExpr(*[q(k) for k in keys]).alias("i")
-    matched = stored.alias("s").join(wanted, on=F.expr(on), how="left_semi")
+    if local:  # the stored rows of the load's keys only: a winner of another key would join no incoming row
+        matched = stored.coalesce(1)
+    else:
+        on = " AND ".join(f"s.{q(k)} <=> i.{q(k)}" for k in keys)
+        wanted = incoming.selectExpr(*[q(k) for k in keys]).alias("i")
+        matched = stored.alias("s").join(wanted, on=F.expr(on), how="left_semi")
     seq = q(SEQUENCE_COL) if table.has_sequence else None
     return latest_per_key(matched, keys, sequence_order(seq, q(VERSION_COL)))
 
