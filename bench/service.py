@@ -12,7 +12,8 @@ Starts one server with `python -m app` (local[2]), waits for the end of its JVM 
 2. `--clients` clients sending plain one-row loads (`--per-client` each): loads/s;
 3. `--clients` clients in `sync_mode` and in `async_mode` for `--seconds` each (bench/group_commit.py's run: the
    WAL bound on, as by default): loads/s and p50, and loads/s until visible;
-4. the bulk load of bench/bulk.py (`--rows`, 8 buckets, curl -T): MB/s;
+4. the bulk load of bench/bulk.py (`--rows`, 8 buckets, curl -T): MB/s; then `--sequential` one-row loads into
+   that table, each hitting a stored key (merge-on-write looks up the stored rows): p50 / p99;
 then, with the server stopped, the bulk references on the same file: pyarrow's parse, DuckDB doing the same job,
 and Spark alone writing the CSV as Parquet. Exits non-zero if a load is not Success or a check fails.
 """
@@ -174,6 +175,16 @@ then pyarrow, DuckDB and Spark alone on the bulk file with the server stopped.
         if reply.get("NumberLoadedRows") != args.rows:
             raise BenchError(f"NumberLoadedRows {reply.get('NumberLoadedRows')} != {args.rows}")
         figures["bulk MB/s"] = mb / load_s
+        # one-row loads into the bulk's table, whose keys they hit: merge-on-write looks up the stored rows
+        big = Loader(server, f"{int(time.time())}_big", table="t")
+        with httpx.Client() as client:
+            for i in range(WARMUP):
+                big.one(client, i)
+            into_big = [big.one(client, WARMUP + i)[0] for i in range(args.sequential)]
+        if big.failures:
+            raise BenchError(f"{len(big.failures)} load(s) not Success, first: {json.dumps(big.failures[0])}")
+        figures["big one-row p50 ms"] = percentile(into_big, 50)
+        figures["big one-row p99 ms"] = percentile(into_big, 99)
 
     print("   references (server stopped) ...", flush=True)
     duck_s = bulk.duckdb_job(path, meta["distinct_keys"])
@@ -213,6 +224,18 @@ then pyarrow, DuckDB and Spark alone on the bulk file with the server stopped.
         ),
         (f"{c} clients, async_mode p50 (ms)", figures["async_mode p50 ms"], "≤ 20", figures["async_mode p50 ms"] <= 20),
         (f"{c} clients, async_mode visible (loads/s)", figures["async_mode visible/s"], "—", None),
+        (
+            f"one-row load p50 into the {args.rows:,}-row table (ms)",
+            figures["big one-row p50 ms"],
+            "≤ 100",
+            figures["big one-row p50 ms"] <= 100,
+        ),
+        (
+            f"one-row load p99 into the {args.rows:,}-row table (ms)",
+            figures["big one-row p99 ms"],
+            "≤ 300",
+            figures["big one-row p99 ms"] <= 300,
+        ),
         ("bulk (MB/s)", figures["bulk MB/s"], "≥ 60 (quiet machine)", figures["bulk MB/s"] >= 60),
         ("bulk / DuckDB (throughput)", figures["bulk / DuckDB"], "≥ 0.5", figures["bulk / DuckDB"] >= 0.5),
         ("bulk / Spark csv->parquet", figures["bulk / Spark alone"], "≥ 0.8", figures["bulk / Spark alone"] >= 0.8),

@@ -37,11 +37,12 @@ WARMUP = 3
 
 
 class Loader:
-    """Numbered one-row loads: load i writes key i with sequence i under label small_<run>_<i>."""
+    """Numbered one-row loads into `table`: load i writes key i with sequence i under label small_<run>_<i>."""
 
-    def __init__(self, server: Server, run: str) -> None:
+    def __init__(self, server: Server, run: str, table: str = "s") -> None:
         self.server = server
         self.run = run
+        self.table = table
         self.failures: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -49,7 +50,7 @@ class Loader:
         """(client-side ms, server LoadTimeMs) of load i."""
         body = f"{i},{i},name{i % 1000},{i % 100000}.{i % 100:02d}\n".encode()
         started = time.perf_counter()
-        reply = self.server.load(client, "s", body, f"small_{self.run}_{i}")
+        reply = self.server.load(client, self.table, body, f"small_{self.run}_{i}")
         ms = (time.perf_counter() - started) * 1000
         if reply.get("Status") != "Success" or reply.get("NumberLoadedRows") != 1:
             with self._lock:

@@ -578,11 +578,12 @@ def winning(table: TableDef) -> str:
 
 def keys_of_batch(batch: DataFrame, table: TableDef) -> FileFilter:
     """The files a (small) batch's lookup reads: its buckets (None: every bucket, for a table whose files do not
-    record theirs) and the distinct values of its first key column, per bucket; one small Spark job."""
+    record theirs) and the distinct values of its first key column, per bucket. The batch's few rows are
+    collected as they are (no `distinct`: a projection of an in-memory relation needs no Spark job)."""
     key = table.key_columns[0]
     bucketed = table.bucketed and table.buckets > 1
     picked = [F.col(q(key)).alias("k")] + ([F.expr(bucket_sql(table, per_bucket=True)).alias("b")] if bucketed else [])
-    rows = batch.select(*picked).distinct().collect()
+    rows = list({tuple(r) for r in batch.select(*picked).collect()})
     values = tuple({r[0] for r in rows})
     if not bucketed:
         return FileFilter(values=((key, values),))
@@ -695,15 +696,16 @@ def _rowset(
 ) -> tuple[DataFrame, DataFrame, Observation | None]:
     """The load's prepared rows (before counting: its error lines come from them), its rowset (a collected one
     sorted by key) and the observation of a partial update's new keys."""
-    rows = prepare_rows(source, plan)
-    rows = rows.observe(
+    prepared_rows = prepare_rows(source, plan)
+    rows = prepared_rows.observe(
         observation,
         named("total", "count(1)"),
         named("filtered", f"count_if({REASON} IS NOT NULL)"),
         named("unselected", f"count_if({UNSELECTED})"),
         *extra_metrics,
     )
-    good = rows.where(f"{REASON} IS NULL AND NOT {UNSELECTED}")
+    accepted = f"{REASON} IS NULL AND NOT {UNSELECTED}"
+    good = rows.where(accepted)
     table = plan.table
     keys = list(table.key_columns)
     spread = list(table.distribution_columns)
@@ -724,7 +726,9 @@ def _rowset(
     # a small load's rows and the stored rows of its one-column keys: a few rows each, joined in one partition
     local = collected and len(keys) == 1
     if stored is not None and table.positional and small_rowset.is_small(source):
-        wanted = keys_of_batch(good, table)
+        # taken before the counting and partitioning steps: a chain of projections and filters over the load's
+        # in-memory rows, which Spark's optimizer evaluates itself (no job)
+        wanted = keys_of_batch(prepared_rows.where(accepted), table)
         stored_rows = only_keys(stored(wanted), wanted)
     elif stored is not None:
         stored_rows = stored(None)
