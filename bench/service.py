@@ -13,7 +13,7 @@ Starts one server with `python -m app` (local[2]), waits for the end of its JVM 
 3. `--clients` clients in `sync_mode` and in `async_mode` for `--seconds` each (bench/group_commit.py's run: the
    WAL bound on, as by default): loads/s and p50, and loads/s until visible;
 4. the bulk load of bench/bulk.py (`--rows`, 8 buckets, curl -T): MB/s; then `--sequential` one-row loads into
-   that table, each hitting a stored key (merge-on-write looks up the stored rows): p50 / p99;
+   that table, each superseding a stored row (a key of the file, a higher sequence): p50 / p99;
 then, with the server stopped, the bulk references on the same file: pyarrow's parse, DuckDB doing the same job,
 and Spark alone writing the CSV as Parquet. Exits non-zero if a load is not Success or a check fails.
 """
@@ -175,8 +175,10 @@ then pyarrow, DuckDB and Spark alone on the bulk file with the server stopped.
         if reply.get("NumberLoadedRows") != args.rows:
             raise BenchError(f"NumberLoadedRows {reply.get('NumberLoadedRows')} != {args.rows}")
         figures["bulk MB/s"] = mb / load_s
-        # one-row loads into the bulk's table, whose keys they hit: merge-on-write looks up the stored rows
-        big = Loader(server, f"{int(time.time())}_big", table="t")
+        # one-row loads into the bulk's table, each superseding a stored row (merge-on-write looks it up)
+        with open(path) as f:  # keys the table holds: each load supersedes a stored row
+            stored_keys = [int(next(f).split(",", 1)[0]) for _ in range(WARMUP + args.sequential)]
+        big = Loader(server, f"{int(time.time())}_big", table="t", keys=stored_keys)
         with httpx.Client() as client:
             for i in range(WARMUP):
                 big.one(client, i)

@@ -39,16 +39,18 @@ WARMUP = 3
 class Loader:
     """Numbered one-row loads into `table`: load i writes key i with sequence i under label small_<run>_<i>."""
 
-    def __init__(self, server: Server, run: str, table: str = "s") -> None:
+    def __init__(self, server: Server, run: str, table: str = "s", keys: list[int] | None = None) -> None:
         self.server = server
         self.run = run
         self.table = table
+        self.keys = keys  # load i writes keys[i] instead (with a sequence above the stored ones)
         self.failures: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def one(self, client: httpx.Client, i: int) -> tuple[float, int]:
         """(client-side ms, server LoadTimeMs) of load i."""
-        body = f"{i},{i},name{i % 1000},{i % 100000}.{i % 100:02d}\n".encode()
+        key, seq = (i, i) if self.keys is None else (self.keys[i % len(self.keys)], 1_000_000 + i)
+        body = f"{key},{seq},name{i % 1000},{i % 100000}.{i % 100:02d}\n".encode()
         started = time.perf_counter()
         reply = self.server.load(client, self.table, body, f"small_{self.run}_{i}")
         ms = (time.perf_counter() - started) * 1000

@@ -74,8 +74,8 @@ def read_rowsets(
     schema = storage_schema(cols)
     files = handle.data_files() if files is None else files
     extra = [f"CAST(NULL AS STRING) AS {FILE}", f"CAST(NULL AS BIGINT) AS {ROW}"] if positions else []
-    if not files:
-        empty = spark.createDataFrame([], schema)
+    if not files:  # an empty in-memory relation (not an empty RDD): Spark's optimizer drops the joins it meets
+        empty = spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
         return empty.selectExpr("*", *extra) if positions else empty
     keep = DELETE_SIGN if tombstones and handle.definition.delete_sign else None
     df = scan_files(spark, schema, files, positions=positions, deleted=deleted, keep=keep, cache=cache, only=only)

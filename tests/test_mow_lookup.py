@@ -117,6 +117,7 @@ def test_small_loads_decided_in_their_job_match_those_decided_at_commit(
         ("5,6,f\n", {}),  # below it: still deleted
         ("6,1,g\n", {"merge_type": "DELETE"}),
         ("6,2,h\n", {}),
+        ("1000,1,far\n", {}),  # a key past every file's bounds: no stored row to read, nothing to join
     ]
     answers = {}
     for table, recheck_rows in (("in_job", 0), ("at_commit", 10**9)):
@@ -139,4 +140,5 @@ def test_small_loads_decided_in_their_job_match_those_decided_at_commit(
             plain = [n for n, (_, headers) in list(zip(jobs, loads, strict=True))[1:] if "merge_type" not in headers]
             assert max(plain) <= 1, str(jobs)
     assert answers["in_job"] == answers["at_commit"]
-    assert answers["in_job"][-1] == [[1, 50, "won"], [2, 100, "back"], [3, 30, "y"], [4, 1, "new"], [6, 2, "h"]]
+    final = [[1, 50, "won"], [2, 100, "back"], [3, 30, "y"], [4, 1, "new"], [6, 2, "h"], [1000, 1, "far"]]
+    assert answers["in_job"][-1] == final
