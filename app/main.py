@@ -364,7 +364,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         services.spark.watch()
         warm_up = None
         if settings.warm_up_seconds > 0:
-            from spark_runner.warm_up import WarmUp
+            from app.warm_up import WarmUp
 
             gate = app.state.gate
             warm_up = WarmUp(

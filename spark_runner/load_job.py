@@ -509,12 +509,21 @@ def prepare_rows(source: DataFrame, plan: LoadPlan) -> DataFrame:
 NEW_KEY = "__new"
 
 
-def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> DataFrame:
+def left_join(batch: DataFrame, stored: DataFrame, on: str, *, local: bool) -> DataFrame:
+    """`batch` left-joined with `stored` rows; `local`: both are a few rows, joined in one partition as they are
+    (`mow.LOCAL_JOIN`)."""
+    if local:
+        batch, stored = batch.coalesce(1), stored.coalesce(1).hint(LOCAL_JOIN)
+    return batch.join(stored, on=F.expr(on), how="left")
+
+
+def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan, *, local: bool = False) -> DataFrame:
     """Partial update: unlisted columns keep the stored row's values (contract §6.8); with
     `enable_unique_key_replace_if_not_null` a NULL input keeps the stored value too.
 
     A key whose stored row is missing or deleted is a new row: unlisted columns take their DEFAULT.
     A load that does not set the sequence keeps the stored row's sequence. Marks new rows in `__new`.
+    `local`: see `left_join`.
     """
     table = plan.table
     keys = table.key_columns
@@ -527,7 +536,7 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
     if positioned:
         picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}"]
     on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
-    joined = batch.join(stored.selectExpr(*picked, "true AS __sfound"), on=F.expr(on), how="left")
+    joined = left_join(batch, stored.selectExpr(*picked, "true AS __sfound"), on, local=local)
     live = "(coalesce(__sfound, false) AND __ssign = 0)"
     listed = {t.column.name for t in plan.targets if t.source is not None}
     out: list[str] = []
@@ -557,16 +566,13 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan) -> Dat
 
 def attach_winners(batch: DataFrame, winners: DataFrame, table: TableDef, *, local: bool = False) -> DataFrame:
     """Each incoming row with its key's stored winner: found, sequence and position (merge-on-write). `local`:
-    both sides are a few rows in one partition (`mow.LOCAL_JOIN`)."""
+    see `left_join`."""
     keys = table.key_columns
     picked = [f"{q(k)} AS __sk{i}" for i, k in enumerate(keys)]
     picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if table.has_sequence else "NULL AS __sseq")
     picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}", "true AS __sfound"]
     on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
-    stored = winners.selectExpr(*picked)
-    if local:
-        batch, stored = batch.coalesce(1), stored.coalesce(1).hint(LOCAL_JOIN)
-    joined = batch.join(stored, on=F.expr(on), how="left")
+    joined = left_join(batch, winners.selectExpr(*picked), on, local=local)
     return joined.selectExpr(*[q(c) for c in batch.columns], STORED_FILE, STORED_POS, "__sseq", "__sfound")
 
 
@@ -723,8 +729,9 @@ def _rowset(
     if lines is None or lines > 1:  # one row (or none) the merge returns as it is: its aggregate and sort are
         good = merge_rows(good, table, POS, sequence=seq)  # most of the Spark work of a one-row load
     stored_rows: DataFrame | None = None
-    # a small load's rows and the stored rows of its one-column keys: a few rows each, joined in one partition
-    local = collected and len(keys) == 1
+    # a small load's rows and the stored rows of its one-column keys (merge-on-write reads those alone; a
+    # merge-on-read partial update reads the whole table): a few rows each, joined in one partition
+    local = collected and len(keys) == 1 and table.positional
     if stored is not None and table.positional and small_rowset.is_small(source):
         # taken before the counting and partitioning steps: a chain of projections and filters over the load's
         # in-memory rows, which Spark's optimizer evaluates itself (no job)
@@ -742,7 +749,7 @@ def _rowset(
         good = attach_winners(good, stored_rows, table, local=local)
     if plan.reads_stored:
         assert stored_rows is not None, "this load reads the table's current rows"
-        good = fill_from_stored(good, stored_rows, plan)
+        good = fill_from_stored(good, stored_rows, plan, local=local)
         key_text = "concat_ws(', ', " + ", ".join(f"CAST({q(k)} AS STRING)" for k in keys) + ")"
         partial_metrics = Observation(f"partial_{name}")
         good = good.observe(

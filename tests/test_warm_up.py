@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_runner import warm_up
+from app import warm_up
 from tests.helpers import DorisClient, assert_doris_result, serving
 
 
