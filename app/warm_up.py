@@ -6,8 +6,8 @@ measured on 2 cores, a one-row load took 112 ms (p50) in a fresh server's first 
 more, and the first 171 MB bulk load 9.8 s against 6.4-6.7 s for the next one. The warm-up runs, right after
 start and before any user's load arrives, what those loads run: one bulk load of `BULK_ROWS` CSV rows with
 repeated keys and a sequence column (the split, field rules, shuffle, dedup and Parquet write), then one-row
-loads into the same table (planning, the prepared-plan path, the merge-on-write lookup, the commit), until
-`seconds` have passed.
+loads (planning, the prepared-plan path, the commit) into a table that stays small, every `BIG_EVERY`th into the
+bulk load's table (the merge-on-write lookup), until `seconds` have passed (at least one).
 
 Nothing of it is visible: it has its own catalog, transaction store and warehouse in a scratch folder
 (`warm_up/` in the server's part of the shared dir, so that a cluster's executors can write there), removed
