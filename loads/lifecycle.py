@@ -17,9 +17,11 @@ The app parses the request (credentials, framing, headers) and renders the reply
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +80,14 @@ class StreamLoads:
             with self.holding(prepared) as held:
                 staged = await self.receive(held, chunks, expected=expected)
                 receive_ms = int((time.monotonic() - held.received) * 1000)
-                return await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms))
+                outcome = await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms))
+                if isinstance(outcome, LoadResult):
+                    return outcome
+                # a load answered once its group has committed: awaited here, not in a thread; like a thread's
+                # run, the wait is not cancelled (the group sets the future whatever happens)
+                with anyio.CancelScope(shield=True):
+                    result = await asyncio.shield(asyncio.wrap_future(outcome))
+                return result
         except LoadError as exc:
             return refused(exc, label=load.label, comment=load.comment, txn_id=prepared.txn_id)
 
@@ -116,8 +125,11 @@ class StreamLoads:
             first_chunk=lambda: pauses.ahit("staging", table),
         )
 
-    def run_staged(self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int) -> LoadResult:
-        """Group commit when the load's mode says so, else a plain run: decided here, once."""
+    def run_staged(
+        self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int
+    ) -> LoadResult | Future[LoadResult]:
+        """Group commit when the load's mode says so, else a plain run: decided here, once. A load answered
+        once its group has committed returns its future (`GroupCommitter.run`)."""
         from spark_runner.group_commit import group_mode  # loaded with the services already: no import cost
 
         mode = group_mode(prepared, staged.size) if self.group_commit is not None else None

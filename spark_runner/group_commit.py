@@ -464,10 +464,14 @@ class GroupCommitter:
         self._guard = threading.Lock()
 
     # -- entry point ----------------------------------------------------------------------
-    def run(self, prepared: PreparedLoad, path: Path, mode: str, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
+    def run(
+        self, prepared: PreparedLoad, path: Path, mode: str, *, load_bytes: int, receive_ms: int = 0
+    ) -> LoadResult | Future[LoadResult]:
         """Run a staged stream load in a group (`mode` is its `group_mode`, decided by the caller): async
-        answers once its payload is durable in wal/, sync once its group has committed; an async load past the
-        WAL's bounds (`WalBacklog`) is run as a sync one."""
+        answers once its payload is durable in wal/ (its result); a sync load, and an async one past the WAL's
+        bounds (`WalBacklog`), is answered once its group has committed: its result is the future returned,
+        which the caller awaits without holding a thread (a thread per waiting load capped a group at the
+        app's thread pool, 40 loads, and every other load's planning waited for one of those threads)."""
         if mode == "async_mode":
             txn = self.loads.txns.get(prepared.txn_id)
             if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
@@ -486,7 +490,7 @@ class GroupCommitter:
         os.link(path, linked)
         member = _Member(prepared, linked, load_bytes, receive_ms)
         self._submit(member)
-        return member.future.result()
+        return member.future
 
     def _submit(self, member: _Member) -> None:
         req = member.prepared.request

@@ -203,3 +203,16 @@ def test_a_group_past_one_loads_inline_band_is_still_one_inline_source(spark: An
         assert seen["groups"] == 1 and seen["loads"] == loads, seen
         assert seen["inline_groups"] == 1 and seen["spark_jobs"] == 1, seen
         assert doris.rows("d", "SELECT count(*) FROM t") == [[loads * lines]]
+
+
+def test_sync_loads_waiting_for_their_group_hold_no_thread(spark: Any, tmp_path: Path) -> None:
+    # more sync loads at once than the app's thread pool has threads (anyio's 40): a load waiting for its group
+    # held one, so a group stopped at 40 and the other loads could not even be planned until it was done
+    loads = 48
+    with group_server(spark, tmp_path, "sync_mode", group_commit_interval_ms=4000) as (doris, _):
+        replies = concurrent_loads(doris, [f"{i},v{i}\n" for i in range(loads)])
+        for body in replies:
+            assert_group_reply(body, mode="sync_mode", loaded=1)
+        seen = counters(doris)
+        assert seen["groups"] == 1 and seen["loads"] == loads, seen
+        assert len(doris.rows("d", "SELECT k FROM t")) == loads
