@@ -1,21 +1,25 @@
 """Group commit: one-row stream loads from 1, 4, 16 and 64 concurrent clients, sync_mode and async_mode, and plain
 loads for reference.
 
-    python bench/group_commit.py [--clients 1,4,16,64] [--seconds 6] [--plain-clients 16] [--plain-seconds 6]
+    python bench/group_commit.py [--clients 1,4,16,64] [--seconds 6] [--repeat 1] [--plain-clients 16]
+                                 [--plain-seconds 6]
 
 Starts a server with `python -m app`. Each run gets a fresh unique-key table with a sequence column (the default
 table kind: merge-on-write), `"group_commit_mode"` set to the run's mode, and its clients (httpx threads) send
 one-row CSV loads, each with its own label, for `--seconds`. Printed per run: loads, loads/s as answered, the
 clients' p50 / p99 latency, loads/s until every row is visible (async_mode answers before its rows are; an async
 load past the WAL bound waits for its group, `group_commit_max_wal_num_per_table`), and the Iceberg snapshots the
-run committed per load (the table's last sequence number: snapshots trimmed since still count). Every reply must
-be Success and every row must be there; exits non-zero otherwise.
+run committed per load (the table's last sequence number: snapshots trimmed since still count), and the CPU
+seconds the JVM's JIT compiler spent during the run (`--repeat 8 --clients 16 --seconds 15`: a fresh JVM compiles
+Spark's code for minutes, and loads/s rise as that ends). Every reply must be Success and every row must be there;
+exits non-zero otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -101,12 +105,43 @@ def run(server: Server, mode: str, clients: int, seconds: float, name: str | Non
     return row
 
 
+def jit_seconds(server: Server) -> float | None:
+    """CPU seconds the server's JVM has spent compiling (its JIT compiler threads, from /proc; None elsewhere). A
+    fresh JVM compiles Spark's code for minutes of loads: `--repeat` shows the loads/s rise as this falls."""
+    assert server.proc is not None
+    try:
+        children = [
+            entry.name
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and _parent(entry) == server.proc.pid
+        ]
+        total = 0.0
+        for pid in children:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                if "Compiler" in (task / "comm").read_text():
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _parent(process: Path) -> int | None:
+    try:
+        return int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="1,4,16,64", help="client counts of the group-commit runs")
     parser.add_argument("--seconds", type=float, default=6.0, help="how long each run sends loads (default 6)")
     parser.add_argument("--plain-clients", type=int, default=16, help="clients of the plain reference run")
     parser.add_argument("--plain-seconds", type=float, default=6.0, help="how long the plain run sends loads")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of each mode and client count in a row, on the same server"
+    )
     parser.add_argument("--spark-master", default="local[2]", help="SL_SPARK_MASTER (default local[2])")
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
@@ -127,11 +162,20 @@ Goals (issue 19): {"; ".join(f"{m}: {g}" for m, g in GOALS.items())}.
         run(server, "sync_mode", 1, 1.0, name="warm_up")  # warm-up: the first loads compile Spark's code
         for mode in ("sync_mode", "async_mode"):
             for clients in counts:
-                rows.append(run(server, mode, clients, args.seconds))
-        rows.append(run(server, "plain", args.plain_clients, args.plain_seconds))
+                for round_ in range(args.repeat):
+                    name = f"{mode.split('_')[0]}_{clients}" + (f"_{round_}" if round_ else "")
+                    jit = jit_seconds(server)
+                    row = run(server, mode, clients, args.seconds, name=name)
+                    after = jit_seconds(server)
+                    rows.append([*row, after - jit if jit is not None and after is not None else "-"])
+        jit = jit_seconds(server)
+        row = run(server, "plain", args.plain_clients, args.plain_seconds)
+        after = jit_seconds(server)
+        rows.append([*row, after - jit if jit is not None and after is not None else "-"])
         metrics = httpx.get(f"{server.base_url}/metrics").text
     print()
     headers = ["mode", "clients", "loads", "loads/s", "p50 ms", "p99 ms", "visible/s", "snapshots", "snaps/load"]
+    headers.append("JIT cpu s")
     print(table(headers, rows))
     counters = {
         line.split()[0]: float(line.split()[1])
@@ -149,7 +193,18 @@ Goals (issue 19): {"; ".join(f"{m}: {g}" for m, g in GOALS.items())}.
         shared = appends / max(fsyncs, 1)
         print(f"   WAL: {appends:.0f} async appends, {fsyncs:.0f} fsyncs ({shared:.1f} appends per fsync)")
     if args.json:
-        keys = ["mode", "clients", "loads", "loads_s", "p50_ms", "p99_ms", "visible_s", "snapshots", "per_load"]
+        keys = [
+            "mode",
+            "clients",
+            "loads",
+            "loads_s",
+            "p50_ms",
+            "p99_ms",
+            "visible_s",
+            "snapshots",
+            "per_load",
+            "jit_s",
+        ]
         print(json.dumps({"bench": "group_commit", "runs": [dict(zip(keys, r, strict=True)) for r in rows]}))
     return 0
 
