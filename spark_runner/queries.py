@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType, TracebackType
 from typing import Any
 
@@ -78,6 +78,8 @@ def read_rowsets(
         empty = spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
         return empty.selectExpr("*", *extra) if positions else empty
     keep = DELETE_SIGN if tombstones and handle.definition.delete_sign else None
+    if only is not None and only.columns is not None and handle.definition.delete_predicates:
+        only = replace(only, columns=None)  # a predicate below may read any column
     df = scan_files(spark, schema, files, positions=positions, deleted=deleted, keep=keep, cache=cache, only=only)
     for pred in handle.definition.delete_predicates:
         df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
@@ -125,6 +127,9 @@ class KeyValues:
     column: str
     values: tuple[Any, ...]
     per_file: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # the only columns whose values the caller reads (None: all): a read in this process decodes only them, and
+    # the others are NULL (a full-row upsert decides by key, sequence, version and sign, never by the values)
+    columns: tuple[str, ...] | None = None
 
 
 def scan_files(
@@ -345,8 +350,18 @@ def _keyed_rows(
         plans.append((path, meta, name, value_set, nulls, groups))
     parts: list[pa.Table] = []
     decoded = 0
+    needed = None
+    if only.columns is not None:
+        needed = {int(schema[c].metadata["parquet.field.id"]) for c in only.columns if c in schema.fieldNames()}
     for path, meta, name, value_set, nulls, groups in plans:
         reader = pq.ParquetFile(arrow_path(as_location(path)), metadata=meta)
+        read = None  # every column; else those of `needed` the file has (the others are NULL: `_stored_part`)
+        if needed is not None:
+            read = [
+                f.name
+                for f in meta.schema.to_arrow_schema()
+                if f.metadata and int(f.metadata.get(b"PARQUET:field_id", b"-1")) in needed
+            ]
         starts = list(itertools.accumulate((meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0))
         gone = drop.get(path, frozenset())
         for g in groups:
@@ -367,7 +382,7 @@ def _keyed_rows(
                 found_rows, numbers = found_rows.filter(kept), numbers.filter(kept)
             if not len(found_rows):  # no row of the values, or each one superseded
                 continue
-            rows = reader.read_row_group(g).take(found_rows)
+            rows = reader.read_row_group(g, columns=read).take(found_rows)
             parts.append(_stored_part(schema, path, rows, numbers, positions=positions, gone=None, keep=keep))
     _, df = _relation(spark, schema, parts, positions=positions)
     log.debug(

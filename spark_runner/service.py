@@ -32,7 +32,7 @@ from spark_runner.load_job import (
     rows_source,
     run_load_job,
 )
-from spark_runner.mow import DRIVER_RECHECK_ROWS, resolve
+from spark_runner.mow import DRIVER_RECHECK_ROWS, decision_columns, resolve
 from spark_runner.planning import LoadPlan, loaded_target, plan_load
 from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
@@ -379,7 +379,8 @@ def run_rowset(
             resolve_after = files
         rowset.seen = frozenset(files) if compare else None
         if lookup or plan.reads_stored:
-            stored = _lookup(spark, rowset.handle)
+            # a full-row upsert needs the stored rows' keys, sequences and positions only (`decision_columns`)
+            stored = _lookup(spark, rowset.handle, None if plan.reads_stored else decision_columns(plan.table))
     with spark_errors():
         outcome = run_load_job(
             spark,
@@ -400,15 +401,17 @@ def run_rowset(
     return outcome
 
 
-def _lookup(spark: SparkSession, handle: TableHandle) -> StoredRows:
+def _lookup(spark: SparkSession, handle: TableHandle, columns: list[str] | None = None) -> StoredRows:
     """A positional table's lookup rows, read from the files of the given buckets only (and, for the few values of
-    a key column `wanted` lists, only their rows where they are read in the server's process)."""
+    a key column `wanted` lists, only their rows where they are read in the server's process, and of those rows
+    only the `columns` given: the others are NULL)."""
+    needed = tuple(columns) if columns is not None else None
 
     def rows(wanted: FileFilter | None) -> DataFrame:
         only = None
         if wanted is not None and len(wanted.values) == 1:
             column, values = wanted.values[0]
-            only = KeyValues(column, values, per_file=wanted_values(handle.iceberg, wanted))
+            only = KeyValues(column, values, per_file=wanted_values(handle.iceberg, wanted), columns=needed)
         return lookup_rows(spark, handle, handle.data_files(wanted), only=only)
 
     return rows
