@@ -5,9 +5,10 @@ A fresh JVM interprets Spark's code until its JIT has compiled the hot parts, wh
 measured on 2 cores, a one-row load took 112 ms (p50) in a fresh server's first 50 loads and 77 ms after 250
 more, and the first 171 MB bulk load 9.8 s against 6.4-6.7 s for the next one. The warm-up runs, right after
 start and before any user's load arrives, what those loads run: one bulk load of `BULK_ROWS` CSV rows with
-repeated keys and a sequence column (the split, field rules, shuffle, dedup and Parquet write), then one-row
-loads (planning, the prepared-plan path, the commit) into a table that stays small, every `BIG_EVERY`th into the
-bulk load's table (the merge-on-write lookup), until `seconds` have passed (at least one).
+repeated keys and a sequence column (the split, field rules, shuffle, dedup and Parquet write of a load past
+`spark_runner.service.PARTITION_BYTES`), then one-row loads (planning, the prepared-plan path, the commit) into a
+table that stays small, every `BIG_EVERY`th into the bulk load's table (the merge-on-write lookup), until
+`seconds` have passed (at least one).
 
 Nothing of it is visible: it has its own catalog, transaction store and warehouse in a scratch folder
 (`warm_up/` in the server's part of the shared dir, so that a cluster's executors can write there), removed
@@ -37,7 +38,10 @@ DDL = (
     'UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 8 PROPERTIES ("function_column.sequence_col" = "seq")'
 )
 BIG_EVERY = 5  # every fifth one-row load goes to the big table: a small load's lookup of stored rows
-BULK_ROWS = 1_000_000  # ~34 MB: its first big load after it ran in 7.3 s instead of 9.8 s (6.4-6.7 s when warm)
+# ~40 MB: past `PARTITION_BYTES`, so that it runs a big load's plan (a shuffle into one Spark partition per bucket,
+# the sort and dedup per bucket); 1M rows (33.5 MB) were one partition, no shuffle, and the first 171 MB load
+# after the warm-up took 7.5-8.3 s against 7.4 s after this one (6.3-6.6 s when warm)
+BULK_ROWS = 1_200_000
 HEADERS = {"column_separator": ","}
 
 

@@ -27,7 +27,7 @@ def warming_server(spark: Any, data_dir: Path, seconds: float) -> Iterator[tuple
 
 @pytest.fixture
 def small_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(warm_up, "BULK_ROWS", 20_000)  # the default's 1M rows take seconds a test need not spend
+    monkeypatch.setattr(warm_up, "BULK_ROWS", 20_000)  # the default's 1.2M rows take seconds a test need not spend
 
 
 def test_the_warm_up_runs_loads_at_start_and_leaves_nothing_behind(
@@ -63,3 +63,13 @@ def test_a_user_load_stops_the_warm_up(spark: Any, tmp_path: Path, small_bulk: N
 def test_no_warm_up_when_its_seconds_are_zero(spark: Any, tmp_path: Path) -> None:
     with warming_server(spark, tmp_path / "data", seconds=0) as (_doris, app):
         assert app.state.warm_up is None
+
+
+def test_the_warm_up_bulk_load_runs_the_plan_of_a_big_load() -> None:
+    """The bulk load warms what a user's big load runs: past `PARTITION_BYTES` a load is one Spark partition per
+    bucket, with a shuffle; below it, one partition and no shuffle (the code a big load needs stays cold)."""
+    from spark_runner.service import PARTITION_BYTES, write_partitions
+
+    body = warm_up.bulk_csv(warm_up.BULK_ROWS)
+    assert len(body) > PARTITION_BYTES
+    assert write_partitions(8, len(body)) == 8  # the warm-up table's buckets: one partition each
