@@ -174,6 +174,11 @@ class Settings(BaseSettings):
     compaction_interval_seconds: float = Field(
         10.0, description="How often background compaction looks at every table; 0 turns it off."
     )
+    compaction_defer_seconds: float = Field(
+        60.0,
+        description="How long background compaction may wait for bulk loads (bodies past 32 MiB, whose job takes "
+        "every core) to end before it runs beside them.",
+    )
     compaction_min_rowsets: int = Field(
         5, description="Cumulative compaction once this many small rowsets follow the cumulative point."
     )

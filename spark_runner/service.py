@@ -102,6 +102,8 @@ class LoadService:
         # read too: where an earlier release (or layout) wrote them, until they expire
         self.error_log_dirs = list(dict.fromkeys([error_log_dir, *old_error_log_dirs]))
         self._workers = _DaemonWorkers("load-job")
+        self._big = 0  # loads past `PARTITION_BYTES` whose job is running
+        self._big_lock = threading.Lock()
         error_log_dir.mkdir(parents=True, exist_ok=True)
         # the merge-on-write re-check at a commit is a Spark job; the writer (below Spark) is handed it
         writer.resolver = lambda handle, mine, theirs, directory, later: resolve(
@@ -179,7 +181,32 @@ class LoadService:
         log.warning("load %s abandoned at its deadline; its job is still running", prepared.request.label)
         return self._failure(prepared, LoadTimeout(reason), None, load_bytes, receive_ms)
 
+    @property
+    def big_loads(self) -> int:
+        """Loads past `PARTITION_BYTES` whose job is running (a bulk load's job takes every core): background
+        compaction waits while there are any (`app.compaction.compaction_loop`)."""
+        return self._big
+
+    @contextmanager
+    def _counted(self, load_bytes: int) -> Iterator[None]:
+        big = load_bytes > PARTITION_BYTES
+        if big:
+            with self._big_lock:
+                self._big += 1
+        try:
+            yield
+        finally:
+            if big:
+                with self._big_lock:
+                    self._big -= 1
+
     def _run_job(
+        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
+    ) -> LoadResult:
+        with self._counted(load_bytes):
+            return self._job(prepared, source, load_bytes, receive_ms)
+
+    def _job(
         self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
     ) -> LoadResult:
         req = prepared.request
