@@ -107,8 +107,10 @@ async def stage_payload(
     expected: int | None = None,
     too_large: Callable[[int, int | None], str] | None = None,
     lines: LineGuard | None = None,
+    written: Callable[[int], None] | None = None,
 ) -> StagedPayload:
-    """Write the body to `path` chunk by chunk; `lines` checks the line lengths of a plain body.
+    """Write the body to `path` chunk by chunk; `lines` checks the line lengths of a plain body; `written` is told
+    how many bytes are in the file (flushed) after each chunk.
 
     Raises:
         BadRequest: the body is larger than `max_bytes` (`too_large` words it), shorter than its
@@ -125,6 +127,9 @@ async def stage_payload(
                 if lines is not None:
                     lines.feed(chunk)
                 out.write(chunk)
+                if written is not None:
+                    out.flush()
+                    written(size)
             # no fsync: a staged body only feeds its own job; what a load acknowledges is durable through
             # its rowset files and commit (an async group-commit load fsyncs its write-ahead copy)
     except BaseException:
@@ -345,10 +350,11 @@ async def receive_body(
     expected: int | None,
     limits: BodyLimits,
     first_chunk: Callable[[], Awaitable[None]] | None = None,
+    written: Callable[[int], None] | None = None,
 ) -> StagedPayload:
     """Stage a stream-load body at `path` under every bound of `limits`, then decompress it (in a thread);
     `started` is when the load began (its `timeout` counts from there), `first_chunk` is awaited once the
-    first chunk has arrived.
+    first chunk has arrived, `written` follows the staged file as it grows (`stage_payload`).
 
     Raises:
         LoadError: the body broke a bound, is not what its headers say, or stopped arriving (a client that
@@ -372,7 +378,7 @@ async def receive_body(
         )
         plain_lines = lines if load.compression is None else None  # else checked as it decompresses
         staged = await stage_payload(
-            timed, path, max_bytes=max_bytes, expected=expected, too_large=too_large, lines=plain_lines
+            timed, path, max_bytes=max_bytes, expected=expected, too_large=too_large, lines=plain_lines, written=written
         )
     except LoadError:
         raise

@@ -115,24 +115,39 @@ class StreamLoads:
         """
         prepared = held.prepared
         pauses, table = self.service.writer.pauses, prepared.plan.table.name
-        return await receive_body(
-            chunks,
-            held.path,
-            prepared.request,
-            started=prepared.started,
-            expected=expected,
-            limits=self.limits,
-            first_chunk=lambda: pauses.ahit("staging", table),
-        )
+        # a large CSV body is split while it comes in, unless it goes to a group (`LoadService.prestage`)
+        grouped = expected is not None and self._mode(prepared, expected) is not None
+        growing = None if grouped else self.service.prestage(prepared, held.path, expected)
+        whole = False
+        try:
+            staged = await receive_body(
+                chunks,
+                held.path,
+                prepared.request,
+                started=prepared.started,
+                expected=expected,
+                limits=self.limits,
+                first_chunk=lambda: pauses.ahit("staging", table),
+                written=growing.grew if growing is not None else None,
+            )
+            whole = True
+            return staged
+        finally:
+            if growing is not None:
+                growing.end(whole)  # a body that did not come whole: the split stops (its fields go with it)
+
+    def _mode(self, prepared: PreparedLoad, size: int) -> str | None:
+        """The group-commit mode of a load of `size` bytes; None: a plain run."""
+        from spark_runner.group_commit import group_mode  # loaded with the services already: no import cost
+
+        return group_mode(prepared, size) if self.group_commit is not None else None
 
     def run_staged(
         self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int
     ) -> LoadResult | Future[LoadResult]:
         """Group commit when the load's mode says so, else a plain run: decided here, once. A load answered
         once its group has committed returns its future (`GroupCommitter.run`)."""
-        from spark_runner.group_commit import group_mode  # loaded with the services already: no import cost
-
-        mode = group_mode(prepared, staged.size) if self.group_commit is not None else None
+        mode = self._mode(prepared, staged.size)
         if mode is not None and self.group_commit is not None:
             return self.group_commit.run(prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms)
         return self.service.run_staged(prepared, staged.path, load_bytes=staged.size, receive_ms=receive_ms)

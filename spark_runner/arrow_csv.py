@@ -15,16 +15,22 @@ uncompressed Parquet file beside the staged body for a large one; the job contin
 the same `\\N` / empty-field / quote-trimming expressions, conversions, strict-mode checks and merge.
 Which bodies come here is `CsvDialect.path_for`'s decision; a body that turns out to need the text path
 (`GeneralPath`) is left to it.
+
+A large body with a Content-Length is split while it is received (`prestage`): the split follows the staged file
+as the receiver writes it (`GrowingBody`), so that the job finds the fields written when the last byte is in.
+Over a network the body takes longer to come than to split: at 100 MB/s, 171 MB loaded 0.6-0.9 s sooner.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from tables.csv_dialect import BOM, CsvDialect
 
@@ -43,6 +49,12 @@ FIELD_COUNT = "__nfields"  # the line's field count when it is not the expected 
 
 class GeneralPath(Exception):
     """The body needs the general path (found while splitting it)."""
+
+
+class _Body(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 def field_name(i: int) -> str:
@@ -74,19 +86,24 @@ def _as_array(data: bytes) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
-def body_lines(path: Path, dialect: CsvDialect, *, segment_bytes: int = SEGMENT_BYTES) -> Iterator[pa.Array]:
-    """The body's lines as strings, about `segment_bytes` at a time, after `skip_lines` lines.
+def body_lines(
+    path: Path, dialect: CsvDialect, *, segment_bytes: int | None = None, growing: GrowingBody | None = None
+) -> Iterator[pa.Array]:
+    """The body's lines as strings, about `segment_bytes` at a time, after `skip_lines` lines; `growing`: read
+    the body as it is received.
 
     Raises:
-        GeneralPath: a byte-order mark, bytes that are not UTF-8.
+        GeneralPath: a byte-order mark, bytes that are not UTF-8, a body that was not received whole.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    segment_bytes = segment_bytes or SEGMENT_BYTES
     delimiter = dialect.line_delimiter.encode()
     to_skip = dialect.skip_lines
     carry = b""  # the line the last segment ended inside
-    with open(path, "rb") as body:
+    opened: _Body = open(path, "rb") if growing is None else growing.reader()  # noqa: SIM115 (closed below)
+    with closing(opened) as body:
         head = body.read(segment_bytes)
         if head.startswith(BOM):
             raise GeneralPath("a byte-order mark")
@@ -157,8 +174,8 @@ def split_small(path: Path, dialect: CsvDialect) -> pa.Table | None:
     return split_lines(lines, dialect)
 
 
-def stage_fields(path: Path, dialect: CsvDialect) -> Path | None:
-    """Split a large body and write its fields as Parquet, a segment at a time.
+def stage_fields(path: Path, dialect: CsvDialect, *, growing: GrowingBody | None = None) -> Path | None:
+    """Split a large body and write its fields as Parquet, a segment at a time (`growing`: as it is received).
 
     The fields of a few segments are split on worker threads (pyarrow's kernels release the GIL) while
     this thread cuts the next segment's lines and writes finished ones, in order.
@@ -177,7 +194,7 @@ def stage_fields(path: Path, dialect: CsvDialect) -> Path | None:
             ) as writer,
         ):
             pending: deque[Future[pa.Table]] = deque()
-            for lines in body_lines(path, dialect):
+            for lines in body_lines(path, dialect, growing=growing):
                 pending.append(pool.submit(split_lines, lines, dialect))
                 while pending and (len(pending) > SPLIT_THREADS or pending[0].done()):
                     rows += _write(writer, pending.popleft().result())
@@ -196,3 +213,140 @@ def stage_fields(path: Path, dialect: CsvDialect) -> Path | None:
 def _write(writer: pq.ParquetWriter, table: pa.Table) -> int:
     writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     return int(table.num_rows)
+
+
+# -- the split of a large body while it is received ----------------------------------------------------------
+
+
+class GrowingBody:
+    """A body being staged, read by the split as the receiver writes it: the receiver says how far the file is
+    written (`grew`) and when it ends (`end`); `reader()` reads up to there, waiting for more."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._written = 0
+        self._ended = False
+        self._whole = False
+        self._cond = threading.Condition()
+
+    def grew(self, written: int) -> None:
+        """The receiver has written (and flushed) `written` bytes of the body."""
+        with self._cond:
+            self._written = written
+            self._cond.notify_all()
+
+    def end(self, whole: bool) -> None:
+        """The body is all there (`whole`), or never will be: the split gives up."""
+        with self._cond:
+            self._ended, self._whole = True, whole
+            self._cond.notify_all()
+
+    def reader(self) -> _GrowingReader:
+        return _GrowingReader(self)
+
+    def wait(self, at: int, size: int) -> int:
+        """How many bytes from `at` on may be read, up to `size`: waits until that many are written or the body
+        ended. Raises: GeneralPath when it ended before it was whole."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ended or self._written - at >= size)
+            if self._ended and not self._whole:
+                raise GeneralPath("the body was not received whole")
+            return max(0, min(size, self._written - at))
+
+
+class _GrowingReader:
+    """`read` of a `GrowingBody`: what is written, waiting for the rest (a read returns less only at the end).
+    The file is opened at the first read that may read it: the receiver creates it."""
+
+    def __init__(self, body: GrowingBody) -> None:
+        self.body = body
+        self.file: BinaryIO | None = None
+        self.at = 0
+
+    def read(self, size: int, /) -> bytes:
+        ready = self.body.wait(self.at, size)
+        if self.file is None:
+            self.file = open(self.body.path, "rb")  # noqa: SIM115 (closed in `close`)
+        data = self.file.read(ready)
+        self.at += len(data)
+        return data
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+class Prestaged:
+    """The split of one body started while it is received (`prestage`); its job takes the result (`take`)."""
+
+    def __init__(self, path: Path, dialect: CsvDialect) -> None:
+        self.dialect = dialect
+        self.body = GrowingBody(path)
+        self.result: Future[Path | None] = Future()
+        threading.Thread(target=self._run, name="csv-prestage", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.result.set_result(stage_fields(self.body.path, self.dialect, growing=self.body))
+        except BaseException as exc:  # stage_fields returns None for what it expects; anything else is a bug
+            self.result.set_exception(exc)
+        finally:
+            _SPLITS.release()
+
+
+class NotPrestaged:
+    """`take_prestaged`: no split was started for this body (or one for another dialect)."""
+
+
+NOT_PRESTAGED = NotPrestaged()
+_PRESTAGED: dict[str, Prestaged] = {}
+_PRESTAGED_LOCK = threading.Lock()
+PRESTAGE_MAX = 4  # splits during receipt at once (3 threads each, waiting on a client's bytes): past it, after
+_SPLITS = threading.BoundedSemaphore(PRESTAGE_MAX)
+
+
+def prestage(path: Path, dialect: CsvDialect) -> GrowingBody | None:
+    """Start splitting the body staged at `path` while it is received; the receiver feeds the returned body's
+    progress. Every call is followed by `take_prestaged` or `drop_prestaged` for the same path. None when
+    `PRESTAGE_MAX` splits are running already (a slow client holds its split's threads until its body is in):
+    this body is split once it is in."""
+    if not _SPLITS.acquire(blocking=False):
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # its fields go beside it: the receiver may not have made it
+        started = Prestaged(path, dialect)
+    except BaseException:
+        _SPLITS.release()
+        raise
+    with _PRESTAGED_LOCK:
+        _PRESTAGED[str(path)] = started
+    return started.body
+
+
+def take_prestaged(path: Path, dialect: CsvDialect) -> Path | NotPrestaged:
+    """The fields the split during receipt wrote (waiting for its end), or `NOT_PRESTAGED`: none was started, one
+    for another dialect (dropped), or it gave up (the caller's own split decides: a body that needs the general
+    path is found so again)."""
+    with _PRESTAGED_LOCK:
+        found = _PRESTAGED.pop(str(path), None)
+    if found is None:
+        return NOT_PRESTAGED
+    if found.dialect != dialect:
+        _drop(path, found)
+        return NOT_PRESTAGED
+    staged = found.result.result()
+    return staged if staged is not None else NOT_PRESTAGED
+
+
+def drop_prestaged(path: Path) -> None:
+    """Give up the split of a body whose load ended without taking it (its receipt failed, or its load did not
+    read it): it stops at its next read, and its fields go once it has (whenever that is)."""
+    with _PRESTAGED_LOCK:
+        found = _PRESTAGED.pop(str(path), None)
+    if found is not None:
+        _drop(path, found)
+
+
+def _drop(path: Path, found: Prestaged) -> None:
+    found.body.end(False)
+    found.result.add_done_callback(lambda _: staging_path(path).unlink(missing_ok=True))

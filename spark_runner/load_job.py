@@ -188,8 +188,10 @@ def inline_fields(
 
 
 def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame | None:
-    """A large body's fields, written as Parquet beside it and read back by Spark, or None."""
-    staged = arrow_csv.stage_fields(path, dialect)
+    """A large body's fields, written as Parquet beside it and read back by Spark, or None. A body split while
+    it was received (`arrow_csv.prestage`) has its fields already, or is being finished."""
+    taken = arrow_csv.take_prestaged(path, dialect)
+    staged = arrow_csv.stage_fields(path, dialect) if isinstance(taken, arrow_csv.NotPrestaged) else taken
     if staged is None:
         return None
     names = arrow_csv.column_names(dialect)

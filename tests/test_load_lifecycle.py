@@ -73,6 +73,7 @@ class StandInService:
 
     abort = LoadService.abort
     cleanup_staged = LoadService.cleanup_staged
+    prestage = LoadService.prestage
 
     def run_staged(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
         self.ran.append(path)
