@@ -1,6 +1,6 @@
 """Bulk stream-load throughput, against pyarrow (CSV parse) and DuckDB (the same dedup job) on the same file.
 
-    python bench/bulk.py [--rows 5000000] [--buckets 8] [--json]
+    python bench/bulk.py [--rows 5000000] [--buckets 8] [--limit-rate 100M] [--json]
 
 Generates (once, cached under bench/out/) a CSV `k,seq,name,amount` where ~20% of the rows repeat an
 earlier key, starts a server with `python -m app`, creates a unique-key table with a sequence column and
@@ -48,11 +48,15 @@ TIMING_FIELDS = [
 ]
 
 
-def curl_load(base_url: str, path: Path, label: str) -> tuple[list[str], dict[str, Any], float]:
-    """The user's command: curl -T file; returns (argv, reply, wall seconds around curl)."""
+def curl_load(
+    base_url: str, path: Path, label: str, *, rate: str | None = None
+) -> tuple[list[str], dict[str, Any], float]:
+    """The user's command: curl -T file (sent at most at `rate` bytes/s, curl's `--limit-rate`: a client over a
+    network); returns (argv, reply, wall seconds around curl)."""
     argv = [
         "curl",
         "-sS",
+        *(["--limit-rate", rate] if rate else []),
         "--location-trusted",
         "-u",
         "root:",
@@ -167,6 +171,10 @@ def main() -> int:
         action="store_true",
         help="then load the same file again into the full table (a merge-on-write load superseding every row)",
     )
+    parser.add_argument(
+        "--limit-rate",
+        help="send the body at most this fast (curl's --limit-rate, e.g. 100M: a client on a 1 Gbit/s network)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the server's data directory and log")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON line at the end")
     args = parser.parse_args()
@@ -201,7 +209,7 @@ runs first (--no-warmup to skip) so the measured load does not include Spark's f
                 check_success(server.load(client, "warmup", body, f"warmup_{label}"), "warm-up load")
             warm_s = time.perf_counter() - started
             print(f"   warm-up: 1,000-row load into another table took {warm_s:.2f} s")
-        _, reply, load_s = curl_load(server.base_url, path, label)
+        _, reply, load_s = curl_load(server.base_url, path, label, rate=args.limit_rate)
         print(f"   reply:   {json.dumps(reply)}")
         check_success(reply, "bulk load")
         if reply.get("NumberLoadedRows") != args.rows:
@@ -214,7 +222,7 @@ runs first (--no-warmup to skip) so the measured load does not include Spark's f
         print(f"   check:   SELECT count(*) FROM t = {count:,} (= distinct keys) in {count_s:.2f} s")
         reload_s = None
         if args.reload:  # every key is stored: each incoming row ties its stored one and supersedes it
-            _, again, reload_s = curl_load(server.base_url, path, label + "_again")
+            _, again, reload_s = curl_load(server.base_url, path, label + "_again", rate=args.limit_rate)
             check_success(again, "second bulk load")
             count = server.sql("SELECT count(*) FROM t")["data"][0][0]
             if count != meta["distinct_keys"]:
