@@ -153,65 +153,53 @@ class _HeldJob:
 
 
 def test_background_compaction_waits_for_a_bulk_load_up_to_its_bound(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a bulk load's job runs (a body past `PARTITION_BYTES`), background compaction waits, at most
     `compaction_defer_seconds`; then it runs anyway."""
     from app.compaction import compaction_loop
-    from app.main import build_services
-    from app.settings import Settings
     from loaders.headers import parse_load_request
     from spark_runner import service
 
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        compaction_interval_seconds=0.2,
-        compaction_min_rowsets=3,
-        compaction_defer_seconds=4,
+    services.settings.compaction_defer_seconds = 4
+    _sql(services, "CREATE TABLE a (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    _sql(services, "CREATE TABLE b (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    for i in range(3):
+        _sql(services, f"INSERT INTO a VALUES ({i}, {i})")  # three small rowsets: past the threshold
+    monkeypatch.setattr(service, "PARTITION_BYTES", 8)  # a 12-byte body is a bulk load here
+    held = _HeldJob("b")
+    services.loads.writer.pauses = held
+    body = tmp_path / "body.csv"
+    body.write_text("1,1\n2,2\n3,3\n")
+    prepared = services.loads.prepare(parse_load_request("m", "b", {"label": "bulk", "column_separator": ","}))
+    results: list[Any] = []
+    load = threading.Thread(
+        target=lambda: results.append(services.loads.run_staged(prepared, body, load_bytes=12)), daemon=True
     )
-    services = build_services(settings, spark)
-    try:
-        _sql(services, "CREATE DATABASE m")
-        _sql(services, "CREATE TABLE a (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-        _sql(services, "CREATE TABLE b (k INT, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-        for i in range(3):
-            _sql(services, f"INSERT INTO a VALUES ({i}, {i})")  # three small rowsets: past the threshold
-        monkeypatch.setattr(service, "PARTITION_BYTES", 8)  # a 12-byte body is a bulk load here
-        held = _HeldJob("b")
-        services.loads.writer.pauses = held
-        body = tmp_path / "body.csv"
-        body.write_text("1,1\n2,2\n3,3\n")
-        prepared = services.loads.prepare(parse_load_request("m", "b", {"label": "bulk", "column_separator": ","}))
-        results: list[Any] = []
-        load = threading.Thread(
-            target=lambda: results.append(services.loads.run_staged(prepared, body, load_bytes=12)), daemon=True
-        )
-        load.start()
-        assert held.reached.wait(60)
-        assert services.loads.big_loads == 1
-        compacted_after: list[float] = []
+    load.start()
+    assert held.reached.wait(60)
+    assert services.loads.big_loads == 1
+    compacted_after: list[float] = []
 
-        async def loop_until_compacted() -> None:
-            loop = asyncio.create_task(compaction_loop(services))
-            started = time.monotonic()
-            while time.monotonic() - started < 30 and not services.sql.compactor.stats.cumulative:
-                await asyncio.sleep(0.05)
-            compacted_after.append(time.monotonic() - started)
-            loop.cancel()
+    async def loop_until_compacted() -> None:
+        loop = asyncio.create_task(compaction_loop(services))
+        started = time.monotonic()
+        while time.monotonic() - started < 30 and not services.sql.compactor.stats.cumulative:
+            await asyncio.sleep(0.05)
+        compacted_after.append(time.monotonic() - started)
+        loop.cancel()
 
-        asyncio.run(loop_until_compacted())
-        # the first check came at 0.2 s and found the bulk load: compaction waited its 4 s, then ran beside it
-        assert compacted_after[0] >= 4, compacted_after
-        assert services.sql.compactor.stats.cumulative == 1
-        assert services.loads.big_loads == 1  # the load was still running all along
-        held.go.set()
-        load.join(60)
-        assert results and results[0].status == "Success", results
-        assert services.loads.big_loads == 0
-        assert _sql(services, "SELECT k, v FROM b ORDER BY k") == [[1, 1], [2, 2], [3, 3]]
-        assert _versions(services, "a") == ["[2-4]"]
-    finally:
-        services.txns.close()
+    asyncio.run(loop_until_compacted())
+    # the first check came at 0.2 s and found the bulk load: compaction waited its 4 s, then ran beside it
+    assert compacted_after[0] >= 4, compacted_after
+    assert services.sql.compactor.stats.cumulative == 1
+    assert services.loads.big_loads == 1  # the load was still running all along
+    held.go.set()
+    load.join(60)
+    assert results and results[0].status == "Success", results
+    assert services.loads.big_loads == 0
+    assert _sql(services, "SELECT k, v FROM b ORDER BY k") == [[1, 1], [2, 2], [3, 3]]
+    assert _versions(services, "a") == ["[2-4]"]
 
 
 def test_loads_racing_compactions_lose_nothing(services: Any) -> None:
