@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType, TracebackType
 from typing import Any
@@ -110,10 +110,10 @@ DRIVER_READ_ROWS = 200_000
 # A read of a few key values (a small load's merge-on-write lookup) takes the larger files' rows that hold them in
 # this process too: a file is sorted by key, so the statistics of its row groups name those that may hold a value;
 # their key column is decoded and only the matching rows' other columns are kept. At most KEYED_READ_VALUES values
-# of an integer or string column, over row groups of at most KEYED_READ_ROWS rows in all and KEYED_GROUP_ROWS each
-# (a row group holding a match is decoded whole in this process: its size bounds the memory a lookup takes): a
-# Spark job reading the same row groups cost a 10-row load into a 5M-row table ~1.5 s (planning, then ~1M rows
-# read for 10 keys).
+# of an integer or string column, over row groups of at most KEYED_READ_ROWS rows in all: a Spark job reading the
+# same row groups cost a 10-row load into a 5M-row table ~1.5 s (planning, then ~1M rows read for 10 keys). A row
+# group is decoded KEYED_GROUP_ROWS rows at a time (`_group_batches`), the bound of the memory a lookup takes: a
+# file Spark wrote with one row group of millions of rows (a table of one bucket) is read here too, not by Spark.
 KEYED_READ_VALUES = 1000
 KEYED_READ_ROWS = 8_000_000
 KEYED_GROUP_ROWS = 1_000_000
@@ -345,7 +345,7 @@ def _keyed_rows(
         groups = [g for g in range(meta.num_row_groups) if _group_may_hold(meta, g, index, value_set, nulls)]
         sizes = [meta.row_group(g).num_rows for g in groups]
         budget -= sum(sizes)
-        if budget < 0 or max(sizes, default=0) > KEYED_GROUP_ROWS:
+        if budget < 0:
             return None
         plans.append((path, meta, name, value_set, nulls, groups))
     parts: list[pa.Table] = []
@@ -365,24 +365,27 @@ def _keyed_rows(
         starts = list(itertools.accumulate((meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0))
         gone = drop.get(path, frozenset())
         for g in groups:
-            keys = reader.read_row_group(g, columns=[name]).column(0).cast(kind)
-            decoded += len(keys)
-            hit = pc.fill_null(pc.is_in(keys, value_set=value_set), False)
-            if nulls:
-                hit = pc.or_(hit, pc.is_null(keys))
-            found_rows = pc.indices_nonzero(hit).cast(pa.int64())
+            hits: list[pa.Array] = []  # the rows of the group holding a value, in order
+            for start, batch in _group_batches(reader, g, [name]):
+                keys = batch.column(0).cast(kind)
+                decoded += len(keys)
+                hit = pc.fill_null(pc.is_in(keys, value_set=value_set), False)
+                if nulls:
+                    hit = pc.or_(hit, pc.is_null(keys))
+                hits.append(pc.add(pc.indices_nonzero(hit).cast(pa.int64()), start))
+            found_rows = pa.concat_arrays(hits) if hits else pa.array([], pa.int64())
             numbers = pc.add(found_rows, starts[g])
             if gone and len(numbers):
                 kept = pc.invert(pc.is_in(numbers, value_set=pa.array(sorted(gone), pa.int64())))
                 if keep_fid is not None and not pc.all(kept).as_py():
                     signs = _column_of(meta, keep_fid)
                     if signs is not None:  # a file without the column holds no tombstone
-                        marked = reader.read_row_group(g, columns=[signs[1]]).column(0).take(found_rows)
+                        marked = _group_rows(reader, g, [signs[1]], found_rows).column(0)
                         kept = pc.or_(kept, pc.fill_null(pc.equal(marked, 1), False))
                 found_rows, numbers = found_rows.filter(kept), numbers.filter(kept)
             if not len(found_rows):  # no row of the values, or each one superseded
                 continue
-            rows = reader.read_row_group(g, columns=read).take(found_rows)
+            rows = _group_rows(reader, g, read, found_rows)
             parts.append(_stored_part(schema, path, rows, numbers, positions=positions, gone=None, keep=keep))
     _, df = _relation(spark, schema, parts, positions=positions)
     log.debug(
@@ -395,6 +398,31 @@ def _keyed_rows(
         decoded,
     )
     return df
+
+
+def _group_batches(
+    reader: pq.ParquetFile, group: int, columns: list[str] | None
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """A row group's columns (all with None), `KEYED_GROUP_ROWS` rows at a time, each batch with the group's row
+    number of its first row: whatever a row group's size, no more is decoded at once."""
+    start = 0
+    for batch in reader.iter_batches(batch_size=KEYED_GROUP_ROWS, row_groups=[group], columns=columns):
+        yield start, batch
+        start += batch.num_rows
+
+
+def _group_rows(reader: pq.ParquetFile, group: int, columns: list[str] | None, rows: pa.Array) -> pa.Table:
+    """The rows at these positions of a row group (ascending, at least one), decoded a batch at a time up to the
+    batch of the last (`_group_batches`)."""
+    last = rows[-1].as_py()
+    pieces = []
+    for start, batch in _group_batches(reader, group, columns):
+        if start > last:
+            break
+        inside = rows.filter(pc.and_(pc.greater_equal(rows, start), pc.less(rows, start + batch.num_rows)))
+        if len(inside):
+            pieces.append(pa.Table.from_batches([batch]).take(pc.subtract(inside, start)))
+    return pa.concat_tables(pieces)
 
 
 def _column_of(meta: pq.FileMetaData, field_id: int) -> tuple[int, str] | None:

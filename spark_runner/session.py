@@ -32,6 +32,11 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.parquet.fieldId.read.enabled": "true",
     "spark.sql.parquet.fieldId.write.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Row groups of at most 128k rows (Parquet's own bound is 128 MB, millions of rows): a small load's merge-on-write
+    # lookup decodes the key column of each row group whose statistics may hold its keys (`queries._keyed_rows`),
+    # so a one-row load into a table of one bucket and 2M rows decoded 2M keys and the decision columns of 2M rows
+    # per load; with this bound, 128k.
+    "spark.hadoop.parquet.block.row.count.limit": "131072",
     # reflect/java_method run any static Java method: match nothing.
     "spark.sql.reflect.allowList": "^$",
     # SQL text never reads files (text.`/etc/passwd`) nor expands ${env:...} / ${system:...} from the host.

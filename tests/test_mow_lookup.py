@@ -156,13 +156,13 @@ def test_a_full_row_upsert_decodes_only_the_decision_columns_of_the_stored_rows(
     doris.sql(db, DDL.format(key="INT"))
     assert_doris_result(doris.stream_load(db, "t", as_json([(k, f"v{k}", 1, k) for k in range(3000)]), JSON).json())
     reads: list[list[str] | None] = []
-    read_row_group = pq.ParquetFile.read_row_group
+    iter_batches = pq.ParquetFile.iter_batches
 
-    def recording(self: pq.ParquetFile, i: int, columns: list[str] | None = None, **kwargs: Any) -> Any:
+    def recording(self: pq.ParquetFile, *args: Any, columns: list[str] | None = None, **kwargs: Any) -> Any:
         reads.append(columns)
-        return read_row_group(self, i, columns=columns, **kwargs)
+        return iter_batches(self, *args, columns=columns, **kwargs)
 
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", recording)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recording)
     assert_doris_result(doris.stream_load(db, "t", "5,new,2,7\n6,old,0,8\n", {"column_separator": ","}).json())
     assert reads and all(columns is not None and not {"v", "w"} & set(columns) for columns in reads), reads
     assert doris.rows(db, "SELECT k, v, s, w FROM t WHERE k IN (5, 6) ORDER BY k") == [
@@ -174,3 +174,70 @@ def test_a_full_row_upsert_decodes_only_the_decision_columns_of_the_stored_rows(
     assert_doris_result(doris.stream_load(db, "t", "7,newer,3\n", {**PARTIAL, "columns": "k,v,s"}).json())
     assert any(columns is None or "w" in columns for columns in reads), reads
     assert doris.rows(db, "SELECT k, v, s, w FROM t WHERE k = 7") == [[7, "newer", 3, 7]]
+
+
+def test_a_row_group_larger_than_the_decode_bound_is_read_a_batch_at_a_time(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table of one bucket that a bulk load wrote holds one file of one row group of all its rows (millions, in
+    a large table). A small load's lookup still reads the stored rows of its keys in the server's process,
+    decoding `KEYED_GROUP_ROWS` rows at a time (the bound of its memory), instead of a Spark scan of the whole
+    file (~1 s for 2M rows): sequence wins and losses, a tombstone's sequence and a partial update come out right."""
+    from spark_runner import queries, service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    monkeypatch.setattr(queries, "KEYED_GROUP_ROWS", 256)  # the row group below holds 3,000 rows
+    doris.sql(db, DDL.format(key="INT").replace("BUCKETS 2", "BUCKETS 1"))
+    assert_doris_result(doris.stream_load(db, "t", as_json([(k, f"v{k}", 5, k) for k in range(3000)]), JSON).json())
+    files = table_handle(server_settings, db, "t").data_files()
+    assert [pq.read_metadata(path).num_row_groups for path in files] == [1]  # the layout this test is about
+    batches: list[int] = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def recording(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> Any:
+        for batch in iter_batches(self, *args, **kwargs):
+            batches.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recording)
+    csv = {"column_separator": ","}
+    with caplog.at_level(logging.DEBUG, logger="spark_runner.queries"):
+        assert_doris_result(doris.stream_load(db, "t", "7,new,6,1\n2900,old,4,1\n", csv).json(), loaded=2)
+        assert_doris_result(doris.stream_load(db, "t", "1500,x,9,0\n", {**csv, "merge_type": "DELETE"}).json())
+        assert_doris_result(doris.stream_load(db, "t", "1500,back,8,0\n", csv).json())  # below the tombstone
+        assert_doris_result(doris.stream_load(db, "t", "2999,p,6\n", {**PARTIAL, "columns": "k,v,s"}).json())
+    reads = [r.getMessage() for r in caplog.records if "read in this process" in r.getMessage()]
+    # the third load's key is superseded in the big file: its tombstone, in a tiny file, is read apart
+    assert len(reads) == 4 and [" 0 rows of " in m for m in reads] == [False, False, True, False], reads
+    assert batches and max(batches) <= 256, batches
+    assert doris.rows(db, "SELECT k, v, s, w FROM t WHERE k IN (7, 1500, 2900, 2999) ORDER BY k") == [
+        [7, "new", 6, 1],
+        [2900, "v2900", 5, 2900],
+        [2999, "p", 6, 2999],
+    ]
+    assert doris.rows(db, "SELECT count(*) FROM t") == [[2999]]
+
+
+def test_a_bulk_load_writes_row_groups_a_lookup_decodes_one_of(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark writes row groups of at most 131,072 rows (`parquet.block.row.count.limit`), not Parquet's 128 MB: a
+    one-row load into a table of one bucket decodes the key column of the one row group that may hold its key."""
+    from spark_runner import service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    doris.sql(db, DDL.format(key="INT").replace("BUCKETS 2", "BUCKETS 1"))
+    rows = 300_000
+    body = "".join(f"{k},v,1,{k}\n" for k in range(rows))
+    assert_doris_result(doris.stream_load(db, "t", body, {"column_separator": ","}).json(), loaded=rows)
+    (path,) = table_handle(server_settings, db, "t").data_files()
+    meta = pq.read_metadata(path)
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [131_072, 131_072, 37_856]
+    with caplog.at_level(logging.DEBUG, logger="spark_runner.queries"):
+        assert_doris_result(doris.stream_load(db, "t", "200000,new,2,7\n", {"column_separator": ","}).json())
+    reads = [r.getMessage() for r in caplog.records if "read in this process" in r.getMessage()]
+    assert reads == ["1 values of k: 1 rows of 1 files read in this process (1 row groups, 131072 keys decoded)"]
+    assert doris.rows(db, "SELECT k, v, s, w FROM t WHERE k IN (199999, 200000) ORDER BY k") == [
+        [199999, "v", 1, 199999],
+        [200000, "new", 2, 7],
+    ]
