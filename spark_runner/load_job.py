@@ -43,7 +43,7 @@ from spark_runner.mow import (
     write_deletes,
 )
 from spark_runner.planning import LoadPlan
-from spark_runner.queries import FILE, ROW
+from spark_runner.queries import FILE, ROW, keyed_leaf
 from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
 from tables.commit import rowset_files
 from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
@@ -584,16 +584,23 @@ def winning(table: TableDef) -> str:
     return f"NOT coalesce(__sfound, false) OR {beats(table, SEQ if table.has_sequence else 'NULL', '__sseq')}"
 
 
-def keys_of_batch(batch: DataFrame, table: TableDef) -> FileFilter:
-    """The files a (small) batch's lookup reads: its buckets (None: every bucket, for a table whose files do not
-    record theirs) and the distinct values of its first key column, per bucket. The batch's few rows are
-    collected as they are (no `distinct`: a projection of an in-memory relation needs no Spark job)."""
+def key_frame(batch: DataFrame, table: TableDef) -> DataFrame:
+    """The values of a (small) batch's first key column, with each row's bucket in a table of several."""
     key = table.key_columns[0]
     bucketed = table.bucketed and table.buckets > 1
     picked = [F.col(q(key)).alias("k")] + ([F.expr(bucket_sql(table, per_bucket=True)).alias("b")] if bucketed else [])
-    rows = list({tuple(r) for r in batch.select(*picked).collect()})
+    return batch.select(*picked)
+
+
+def keys_of_batch(keys: DataFrame, table: TableDef) -> FileFilter:
+    """The files a (small) batch's lookup reads, from its `key_frame`: its buckets (None: every bucket, for a
+    table whose files do not record theirs) and the distinct values of its first key column, per bucket. The
+    batch's few rows are collected as they are (no `distinct`: a projection of an in-memory relation needs no
+    Spark job)."""
+    key = table.key_columns[0]
+    rows = list({tuple(r) for r in keys.collect()})
     values = tuple({r[0] for r in rows})
-    if not bucketed:
+    if not (table.bucketed and table.buckets > 1):
         return FileFilter(values=((key, values),))
     by_bucket: dict[int, set[Any]] = {}
     for r in rows:
@@ -689,22 +696,28 @@ def error_lines(rows: DataFrame, max_bytes: int) -> list[str]:
     return [clip_error_line(r["line"], max_bytes) for r in bad]
 
 
+ACCEPTED = f"{REASON} IS NULL AND NOT {UNSELECTED}"
+
+
 def _rowset(
     source: DataFrame,
     plan: LoadPlan,
     observation: Observation,
     field_ids: dict[str, int],
     buckets: int,
-    stored: StoredRows | None,
+    stored_rows: DataFrame | None,
     lookup: bool,
     extra_metrics: tuple[Column, ...],
     collected: bool,
     version: int,
     name: str,
+    prepared_rows: DataFrame | None,
 ) -> tuple[DataFrame, DataFrame, Observation | None]:
-    """The load's prepared rows (before counting: its error lines come from them), its rowset (a collected one
-    sorted by key) and the observation of a partial update's new keys."""
-    prepared_rows = prepare_rows(source, plan)
+    """The load's prepared rows (before counting: its error lines come from them; `prepared_rows` when the
+    lookup built them already), its rowset (a collected one sorted by key) and the observation of a partial
+    update's new keys. `stored_rows`: what `_stored_rows` read."""
+    if prepared_rows is None:
+        prepared_rows = prepare_rows(source, plan)
     rows = prepared_rows.observe(
         observation,
         named("total", "count(1)"),
@@ -712,8 +725,7 @@ def _rowset(
         named("unselected", f"count_if({UNSELECTED})"),
         *extra_metrics,
     )
-    accepted = f"{REASON} IS NULL AND NOT {UNSELECTED}"
-    good = rows.where(accepted)
+    good = rows.where(ACCEPTED)
     table = plan.table
     keys = list(table.key_columns)
     spread = list(table.distribution_columns)
@@ -730,17 +742,9 @@ def _rowset(
     lines = small_rowset.known_rows(source)
     if lines is None or lines > 1:  # one row (or none) the merge returns as it is: its aggregate and sort are
         good = merge_rows(good, table, POS, sequence=seq)  # most of the Spark work of a one-row load
-    stored_rows: DataFrame | None = None
     # a small load's rows and the stored rows of its one-column keys (merge-on-write reads those alone; a
     # merge-on-read partial update reads the whole table): a few rows each, joined in one partition
     local = collected and len(keys) == 1 and table.positional
-    if stored is not None and table.positional and small_rowset.is_small(source):
-        # taken before the counting and partitioning steps: a chain of projections and filters over the load's
-        # in-memory rows, which Spark's optimizer evaluates itself (no job)
-        wanted = keys_of_batch(prepared_rows.where(accepted), table)
-        stored_rows = only_keys(stored(wanted), wanted)
-    elif stored is not None:
-        stored_rows = stored(None)
     if stored_rows is not None and table.positional:
         if not plan.reads_stored:  # the decision needs keys, sequence and position: the values stay unread
             stored_rows = select_expr(stored_rows, [q(c) for c in decision_columns(table)])
@@ -777,6 +781,43 @@ def _rowset(
     return rows, out, partial_metrics
 
 
+KEYS = "keys"  # the shape key's last part for the chain of a load's keys (`_stored_rows`)
+
+
+def _stored_rows(
+    spark: SparkSession,
+    source: DataFrame,
+    plan: LoadPlan,
+    stored: StoredRows,
+    shape: tuple[Any, ...] | None,
+    leaf: DataFrame | None,
+) -> tuple[DataFrame, DataFrame | None]:
+    """The stored rows a load compares with or fills from, and the load's prepared rows if this built them.
+
+    A small positional load's are those of its keys only (merge-on-write reads those alone; a merge-on-read
+    partial update reads the whole table). Its keys come from its prepared rows, a chain of projections and
+    filters over its in-memory rows that Spark's optimizer evaluates itself (no job), prepared once per shape
+    like its rowset. The stored rows read by key in the server's process are exactly those (`keyed_leaf`);
+    others are filtered by them in the plan (`only_keys`).
+    """
+    table = plan.table
+    if not (table.positional and small_rowset.is_small(source)):
+        return stored(None), None
+    keyed = (*shape, KEYS) if shape is not None and leaf is not None else None
+    found = prepared.reuse(spark, keyed, {prepared.LOAD: leaf}) if keyed is not None and leaf is not None else None
+    built = None
+    if found is not None:
+        batch = found[0]
+    else:
+        built = prepare_rows(source, plan)
+        batch = key_frame(built.where(ACCEPTED), table)
+    wanted = keys_of_batch(batch, table)
+    if keyed is not None and leaf is not None and found is None:
+        prepared.remember(keyed, batch, "", {prepared.LOAD: leaf})
+    rows = stored(wanted)
+    return (rows if keyed_leaf(rows) is not None else only_keys(rows, wanted)), built
+
+
 def run_load_job(
     spark: SparkSession,
     source: DataFrame,
@@ -803,35 +844,47 @@ def run_load_job(
     keys = list(table.key_columns)
     lines = small_rowset.known_rows(source)
     collected = buckets == 1 and small_rowset.is_small(source) and (lookup or not plan.reads_stored)
-    leaf = prepared.leaf_of(source) if collected and stored is None else None
+    leaf = prepared.leaf_of(source) if collected else None
     shape = None
-    if leaf is not None:  # a chain over the load's own rows only: its analyzed plan serves the loads of its shape
+    if leaf is not None:  # a plan over the load's own rows: its analyzed plan serves the loads of its shape
         merged = lines is None or lines > 1
         per_load = tuple(repr(c) for c in extra_metrics)  # a group's counts per load (their SQL)
         shape = prepared.shape_key(plan, leaf, tuple(sorted(field_ids.items())), merged, per_load)
-    reused = prepared.reuse(spark, shape, leaf) if shape is not None and leaf is not None else None
+    leaves = {prepared.LOAD: leaf} if leaf is not None else {}
+    stored_rows: DataFrame | None = None
+    built: DataFrame | None = None
+    if stored is not None:
+        stored_rows, built = _stored_rows(spark, source, plan, stored, shape, leaf)
+        stored_leaf = keyed_leaf(stored_rows)
+        if shape is not None and stored_leaf is not None:  # and the stored rows of its keys, as a relation
+            shape = (*shape, stored_leaf.schema.json())
+            leaves[prepared.STORED] = stored_leaf
+        else:
+            shape = None
+    reused = prepared.reuse(spark, shape, leaves) if shape is not None else None
     rows: DataFrame | None = None
     observation: Observation | None = None
     partial_metrics: Observation | None = None
     # a merge-on-write decision: the row wins, the stored file and row it beats
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
     if reused is not None:
-        out, metrics_name = reused
+        out, name = reused
     else:
-        metrics_name = f"load_{name_of(directory)}"
-        observation = Observation(metrics_name)
+        name = name_of(directory)
+        observation = Observation(f"load_{name}")
         rows, out, partial_metrics = _rowset(
             source,
             plan,
             observation,
             field_ids,
             buckets,
-            stored,
+            stored_rows,
             lookup,
             extra_metrics,
             collected,
             version,
-            name_of(directory),
+            name,
+            built,
         )
     deletes: list[str] = []
     if collected:
@@ -852,12 +905,12 @@ def run_load_job(
     else:
         write_rows(out, directory, sort=keys, buckets=buckets)
         files = rowset_files(directory)
-    if partial_metrics is not None:
-        found = partial_metrics.get
+    if partial_metrics is not None or (reused is not None and plan.reads_stored):
+        found = partial_metrics.get if partial_metrics is not None else prepared.observed(out, f"partial_{name}")
         check_new_keys(plan, int(found.get("new_rows") or 0), found.get("first_new_key"))
-    metrics = observation.get if observation is not None else prepared.observed(out, metrics_name)
+    metrics = observation.get if observation is not None else prepared.observed(out, f"load_{name}")
     if shape is not None and reused is None:
-        prepared.remember(shape, out, metrics_name)
+        prepared.remember(shape, out, name, leaves)
     total = int(metrics.get("total") or 0)
     filtered = int(metrics.get("filtered") or 0)
     unselected = int(metrics.get("unselected") or 0)

@@ -3,21 +3,24 @@
 A one-row load's job is a chain of a dozen DataFrame steps over an in-memory relation (its rows, split by the
 server), and PySpark analyzes each step as it is built: in a warm server's JVM that analysis was ~45% of a
 one-row load's samples, for a plan that is the same from load to load of one shape (table, headers, columns)
-except for the rows at its leaf. So the first load of a shape keeps its analyzed plan; the next ones take
-that plan with its leaf (a `LocalRelation`) replaced by a relation of their own rows with the same output
-attributes, every node marked analyzed so Spark goes straight to optimizing. Only chains qualify: every node
-above the leaf has one child (no join with stored rows) and every expression is deterministic (the nodes'
-expressions are shared by the loads that reuse them, as any two queries over one DataFrame share them).
+except for the rows at its leaves. So the first load of a shape keeps its analyzed plan; the next ones take
+that plan with each leaf (a `LocalRelation`) replaced by a relation of their own rows with the same output
+attributes, every node marked analyzed so Spark goes straight to optimizing. A plan qualifies when every leaf
+is one of the in-memory relations the caller names by role (`LOAD`: the load's rows; `STORED`: the stored rows
+of its keys a merge-on-write load compares with, read in the server's process) and every expression is
+deterministic (the nodes' expressions are shared by the loads that reuse them, as any two queries over one
+DataFrame share them). No literal of one load's rows may sit in the plan: a merge-on-write lookup filters its
+stored rows by key before they become a relation (`queries.keyed_leaf`), not in the plan.
 
-The key is everything the chain is built from: the load plan (the table's definition, buckets and partitions
+The key is everything the plan is built from: the load plan (the table's definition, buckets and partitions
 included) with the request's per-load fields (label, comment, timeout, filter ratio, transaction mode) left out,
-the field ids, whether rows are merged, the SQL of a group's per-load counts, the leaf's schema. A key that
+the field ids, whether rows are merged, the SQL of a group's per-load counts, the leaves' schemas. A key that
 misses only costs a fresh build; a shape that changes (a schema change makes a new table definition) is a
 new key. The plans live on the `SparkContext` whose JVM holds them, as the columns of `spark_runner.columns`
 do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past that the cache starts over.
 
-The load's counts come from the plan's `observe` node (`CollectMetrics`), read from the query execution of
-each run by the name the first build gave it.
+The load's counts come from the plan's `observe` nodes (`CollectMetrics`), read from the query execution of
+each run by the names the first build gave them (`Prepared.name`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from py4j.java_gateway import JavaClass
@@ -42,11 +46,17 @@ _LOCK = threading.Lock()
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
 
 
+LOAD = "load"  # the load's own rows
+STORED = "stored"  # the stored rows of its keys (merge-on-write)
+
+# a plan as kept: (node, children) for an inner node, (role, output attributes) for a leaf
+Tree = tuple[Any, tuple["Tree", ...]] | tuple[str, Any]
+
+
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    nodes: tuple[Any, ...]  # the analyzed plan, root first, down to the leaf's parent
-    output: Any  # the leaf's output attributes (their ids are what the nodes above refer to)
-    metrics: str  # the name of the `CollectMetrics` node holding the load's counts
+    tree: Tree  # the analyzed plan, its leaves by role
+    name: str  # the suffix of its `CollectMetrics` nodes' names (the first build's)
 
 
 def mark_leaf(source: DataFrame, leaf: DataFrame) -> DataFrame:
@@ -71,49 +81,79 @@ def _plans() -> dict[tuple[Any, ...], Prepared] | None:
     return context_cache(_ATTR)
 
 
-def remember(key: tuple[Any, ...], out: DataFrame, metrics: str) -> None:
-    """Keep the analyzed plan of `out` (a load's rowset, built fresh) for the next loads of its shape, if it is a
-    deterministic chain down to an in-memory relation."""
+def _first_id(relation: Any) -> int:
+    """The expression id of a relation's first output attribute: which leaf of a plan it is."""
+    return int(relation.output().apply(0).exprId().id())
+
+
+class _NotReusable(Exception):
+    pass
+
+
+def remember(key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[str, DataFrame]) -> None:
+    """Keep the analyzed plan of `out` (a load's rowset, built fresh) for the next loads of its shape, if it is
+    deterministic and each of its leaves is one of the in-memory relations `leaves` names by role."""
     plans = _plans()
     if plans is None or key in plans:
         return
-    node = out._jdf.queryExecution().analyzed()
-    if not node.deterministic():
+    root = out._jdf.queryExecution().analyzed()
+    if not root.deterministic():
         return
-    nodes = []
-    while True:
+    roles = {}
+    for role, frame in leaves.items():
+        relation = frame._jdf.queryExecution().analyzed()
+        if relation.getClass().getName() != LOCAL_RELATION or relation.output().isEmpty():
+            return
+        roles[_first_id(relation)] = role
+
+    def walk(node: Any) -> Tree:
         children = node.children()
         count = children.size()
-        if count == 0:
-            break
-        if count != 1:
-            return
-        nodes.append(node)
-        node = children.apply(0)
-    if node.getClass().getName() != LOCAL_RELATION:
+        if count > 10:  # `java.util.List.of` takes up to ten elements one by one (a Union of many: not kept)
+            raise _NotReusable
+        if count:
+            return node, tuple(walk(children.apply(i)) for i in range(count))
+        if node.getClass().getName() != LOCAL_RELATION or node.output().isEmpty():
+            raise _NotReusable
+        role = roles.get(_first_id(node))
+        if role is None:
+            raise _NotReusable
+        return role, node.output()
+
+    try:
+        tree = walk(root)
+    except _NotReusable:
         return
     with _LOCK:
         if len(plans) >= MAX_PLANS:
             plans.clear()
-        plans[key] = Prepared(tuple(nodes), node.output(), metrics)
+        plans[key] = Prepared(tree, name)
 
 
-def reuse(spark: SparkSession, key: tuple[Any, ...], leaf: DataFrame) -> tuple[DataFrame, str] | None:
-    """The rowset of a load of a known shape over `leaf`'s rows, analyzed already, and the name of its counts'
-    node; None for a shape not seen yet."""
+def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFrame]) -> tuple[DataFrame, str] | None:
+    """The rowset of a load of a known shape over the rows of `leaves` (in-memory relations by role), analyzed
+    already, and the suffix of its counts' names; None for a shape not seen yet."""
     plans = _plans()
     found = plans.get(key) if plans is not None else None
     if found is None:
         return None
-    rows = leaf._jdf.queryExecution().analyzed()
-    node = _java(spark, LOCAL_RELATION)(found.output, rows.data(), rows.isStreaming(), rows.stream())
-    node.setAnalyzed()
+    relations = {role: frame._jdf.queryExecution().analyzed() for role, frame in leaves.items()}
+    local = _java(spark, LOCAL_RELATION)
     converters, lists = _java(spark, "scala.jdk.javaapi.CollectionConverters"), _java(spark, "java.util.List")
-    for parent in reversed(found.nodes):
-        node = parent.withNewChildren(converters.asScala(lists.of(node)).toSeq())
+
+    def build(tree: Tree) -> Any:
+        head, rest = tree
+        if isinstance(head, str):
+            rows = relations[head]
+            node = local(rest, rows.data(), rows.isStreaming(), rows.stream())
+        else:
+            children = [build(child) for child in rest]
+            node = head.withNewChildren(converters.asScala(lists.of(*children)).toSeq())
         node.setAnalyzed()
-    dataset = _java(spark, "org.apache.spark.sql.classic.Dataset").ofRows(spark._jsparkSession, node)
-    return DataFrame(dataset, spark), found.metrics
+        return node
+
+    dataset = _java(spark, "org.apache.spark.sql.classic.Dataset").ofRows(spark._jsparkSession, build(found.tree))
+    return DataFrame(dataset, spark), found.name
 
 
 def _java(spark: SparkSession, name: str) -> Any:

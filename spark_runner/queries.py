@@ -76,19 +76,20 @@ def read_rowsets(
     extra = [f"CAST(NULL AS STRING) AS {FILE}", f"CAST(NULL AS BIGINT) AS {ROW}"] if positions else []
     if not files:  # an empty in-memory relation (not an empty RDD): Spark's optimizer drops the joins it meets
         empty = spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
-        return empty.selectExpr("*", *extra) if positions else empty
+        return _mark_keyed(empty.selectExpr("*", *extra) if positions else empty, empty if only is not None else None)
     keep = DELETE_SIGN if tombstones and handle.definition.delete_sign else None
     if only is not None and only.columns is not None and handle.definition.delete_predicates:
         only = replace(only, columns=None)  # a predicate below may read any column
     df = scan_files(spark, schema, files, positions=positions, deleted=deleted, keep=keep, cache=cache, only=only)
+    leaf = keyed_leaf(df)
     for pred in handle.definition.delete_predicates:
         df = df.where(f"NOT ({q(VERSION_COL)} < {pred.version} AND coalesce(({pred.condition}), false))")
     late = {c.name for c in handle.definition.columns if c.since_version and c.default is not None}
     if not late:
-        return df
+        return _mark_keyed(df, leaf)
     # rows loaded before ALTER TABLE ADD COLUMN read the column's DEFAULT (their files lack the field;
     # a compaction since wrote the merged value, e.g. a SUM of defaults, which stands)
-    return df.selectExpr(
+    late_read = df.selectExpr(
         *[
             f"CASE WHEN {q(VERSION_COL)} < {c.since_version} AND {q(c.name)} IS NULL THEN CAST({default_sql(c)} AS "
             f"{storage_type_sql(c.type)}) ELSE {q(c.name)} END AS {q(c.name)}"
@@ -98,6 +99,25 @@ def read_rowsets(
         ],
         *([FILE, ROW] if positions else []),
     )
+    return _mark_keyed(late_read, leaf)
+
+
+_KEYED = "_sl_keyed_leaf"
+
+
+def keyed_leaf(df: DataFrame) -> DataFrame | None:
+    """The in-memory relation under `df` when `df` (a read given `KeyValues`) holds exactly the rows of those
+    values, each file's read and filtered in this process (`_exact_rows`): a plan over it needs no filter by key
+    of its own, and may serve a later read of other values with their relation in its place
+    (`spark_runner.prepared`). None when Spark reads a file or joins the deleted positions."""
+    leaf = getattr(df, _KEYED, None)
+    return leaf if isinstance(leaf, DataFrame) else None
+
+
+def _mark_keyed(df: DataFrame, leaf: DataFrame | None) -> DataFrame:
+    if leaf is not None:
+        setattr(df, _KEYED, leaf)
+    return df
 
 
 # Tiny data files (a small load's rowset) are read in the server's process and handed to Spark as one Arrow
@@ -160,6 +180,14 @@ def scan_files(
     by_file = deleted.by_file if deleted is not None else {}
     join = deleted.frame if deleted is not None else None
     located = positions or join is not None  # the join needs each row's position
+    if only is not None and join is None and not cache:
+        try:
+            exact = _exact_rows(spark, schema, files, stamps, small, only, positions=positions, drop=by_file, keep=keep)
+        except (pa.ArrowException, ValueError, KeyError, TypeError, OverflowError):  # a value or type not cast
+            log.warning("rows of %d values read by Spark instead", len(only.values), exc_info=True)
+            exact = None
+        if exact is not None:
+            return exact
     frames: list[DataFrame] = []
     if small:
         try:
@@ -306,6 +334,52 @@ def _relation(
     return combined, spark.createDataFrame(combined, schema=full)
 
 
+def _exact_rows(
+    spark: SparkSession,
+    schema: T.StructType,
+    files: list[str],
+    stamps: Mapping[str, Stamp],
+    small: list[str],
+    only: KeyValues,
+    *,
+    positions: bool,
+    drop: Mapping[str, frozenset[int]],
+    keep: str | None,
+) -> DataFrame | None:
+    """The rows of these files whose column holds one of the values `only` lists, every file read in this
+    process: the tiny ones (`small`) whole, then filtered by value, the others by `_keyed_parts`; one Arrow
+    relation (`keyed_leaf`), or None when a file is not read here."""
+    kind = _keyed_kind(schema, only)
+    if kind is None:
+        return None
+    chosen = set(small)
+    big = [(path, stamps[path]) for path in files if path not in chosen]
+    parts = _keyed_parts(schema, big, only, positions=positions, drop=drop, keep=keep) if big else []
+    if parts is None:
+        return None
+    for path in small:
+        part = _stored_part(
+            schema, path, _file_table(path, stamps[path]), None, positions=positions, gone=drop.get(path), keep=keep
+        )
+        values = only.per_file.get(path, only.values)
+        column = part.column(only.column)
+        hit = pc.fill_null(pc.is_in(column, value_set=pa.array([v for v in values if v is not None], kind)), False)
+        if None in values:
+            hit = pc.or_(hit, pc.is_null(column))
+        parts.append(part.filter(hit))
+    _, df = _relation(spark, schema, parts, positions=positions)
+    return _mark_keyed(df, df)
+
+
+def _keyed_kind(schema: T.StructType, only: KeyValues) -> pa.DataType | None:
+    """The Arrow type of the column `only` names, if its values may be read in this process (`KEYED_READ_VALUES`
+    values at most, of an integer or string column)."""
+    if len(only.values) > KEYED_READ_VALUES or only.column not in schema.fieldNames():
+        return None
+    kind = to_arrow_schema(schema).field(only.column).type
+    return kind if pa.types.is_integer(kind) or pa.types.is_string(kind) else None
+
+
 def _keyed_rows(
     spark: SparkSession,
     schema: T.StructType,
@@ -316,15 +390,26 @@ def _keyed_rows(
     drop: Mapping[str, frozenset[int]],
     keep: str | None,
 ) -> DataFrame | None:
-    """The rows of these files whose column holds one of the values `only` lists, read in this process as one
-    Arrow relation (see `KEYED_READ_VALUES`), without the rows `drop` names (but those whose `keep` column is 1);
-    or None: Spark reads the files (too many values or rows, a row group too large, a column of another type, a
-    file without it)."""
+    """`_keyed_parts` as one Arrow relation, or None."""
+    parts = _keyed_parts(schema, files, only, positions=positions, drop=drop, keep=keep)
+    return None if parts is None else _relation(spark, schema, parts, positions=positions)[1]
+
+
+def _keyed_parts(
+    schema: T.StructType,
+    files: list[tuple[str, Stamp]],
+    only: KeyValues,
+    *,
+    positions: bool,
+    drop: Mapping[str, frozenset[int]],
+    keep: str | None,
+) -> list[pa.Table] | None:
+    """The rows of these files whose column holds one of the values `only` lists, read in this process (see
+    `KEYED_READ_VALUES`), without the rows `drop` names (but those whose `keep` column is 1); or None: Spark reads
+    the files (too many values or rows, a column of another type, a file without it)."""
     column = only.column
-    if len(only.values) > KEYED_READ_VALUES or column not in schema.fieldNames():
-        return None
-    kind = to_arrow_schema(schema).field(column).type
-    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+    kind = _keyed_kind(schema, only)
+    if kind is None:
         return None
     fid = int(schema[column].metadata["parquet.field.id"])
     keep_fid = int(schema[keep].metadata["parquet.field.id"]) if keep is not None else None
@@ -387,7 +472,6 @@ def _keyed_rows(
                 continue
             rows = _group_rows(reader, g, read, found_rows)
             parts.append(_stored_part(schema, path, rows, numbers, positions=positions, gone=None, keep=keep))
-    _, df = _relation(spark, schema, parts, positions=positions)
     log.debug(
         "%d values of %s: %d rows of %d files read in this process (%d row groups, %d keys decoded)",
         len(only.values),
@@ -397,7 +481,7 @@ def _keyed_rows(
         sum(len(p[5]) for p in plans),
         decoded,
     )
-    return df
+    return parts
 
 
 def _group_batches(

@@ -63,3 +63,72 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
     two = load("5,g,1\n5,h,2\n")  # two rows are merged in the job: another plan
     assert two["Status"] == "Success" and reused[-1] is False
     assert doris.rows(db, "SELECT v FROM p WHERE k = 5") == [["h"]]
+
+
+def test_merge_on_write_loads_reuse_their_plan_with_the_stored_rows_of_their_own_keys(
+    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small load into a large merge-on-write table compares with the stored rows of its keys, read in the
+    server's process: its plan has two in-memory leaves (its rows, those stored rows) and no key of its own in
+    it, so the next loads of its shape reuse it with their rows and their keys' stored rows. Each answers by its
+    own keys: a stored row with a larger sequence wins, a new key is added, a deleted key stays deleted below
+    its tombstone's sequence; a partial update fills its own keys' unlisted columns and counts its new keys."""
+    from spark_runner import service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    reused: list[tuple[bool, tuple[str, ...]]] = []
+    real = prepared.reuse
+
+    def spy(spark: Any, key: Any, leaves: Any) -> Any:
+        found = real(spark, key, leaves)
+        if key[-1] != "keys":  # the rowset's plan, not the chain of the load's keys
+            reused.append((found is not None, tuple(sorted(leaves))))
+        return found
+
+    monkeypatch.setattr(prepared, "reuse", spy)
+    doris.sql(
+        db,
+        "CREATE TABLE m (k INT NOT NULL, v VARCHAR(8), s INT, w INT DEFAULT '7') UNIQUE KEY(k) "
+        'DISTRIBUTED BY HASH(k) BUCKETS 1 PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    bulk = "".join(f"{k},v{k},{k % 5},{k}\n" for k in [*range(50), 100])
+    assert doris.stream_load(db, "m", bulk, SEQ).json()["Status"] == "Success"
+
+    def load(body: str, **headers: str) -> dict[str, Any]:
+        reply: dict[str, Any] = doris.stream_load(db, "m", body, {**SEQ, **headers}).json()
+        assert reply["Status"] == "Success", reply["Message"]
+        return reply
+
+    reused.clear()
+    load("3,a,9,0\n")  # wins over (3, v3, 3)
+    load("4,b,1,0\n")  # loses to (4, v4, 4): its own key's stored row, not key 3's
+    load("60,c,0,0\n")  # new keys: the stored rows read hold none of them
+    load("61,g,0,0\n")
+    load("9,d,0,0\n", merge_type="DELETE")  # a tombstone with sequence 0 (9's row had 4: the delete loses)
+    load("8,e,9,0\n", merge_type="DELETE")
+    load("8,f,2,0\n")  # below 8's tombstone: still deleted
+    assert [found for found, _ in reused] == [False, True, True, True, False, True, True], reused
+    assert all(leaves == ("load", "stored") for _, leaves in reused), reused
+    assert doris.rows(db, "SELECT k, v, s, w FROM m WHERE k IN (3, 4, 8, 9, 60, 61) ORDER BY k") == [
+        [3, "a", 9, 0],
+        [4, "v4", 4, 4],
+        [9, "v9", 4, 9],
+        [60, "c", 0, 0],
+        [61, "g", 0, 0],
+    ]
+
+    partial = {"partial_columns": "true", "columns": "k,v"}
+    load("5,p\n", **partial)
+    second = load("6,q\n", **partial)  # the same shape: its own key's stored values fill `s` and `w`
+    new = load("70,r\n", **partial)  # a new key in a reused plan: counted, DEFAULTs filled
+    load("500,z\n", **partial)  # a key no file may hold: no file to read, a plan of its own
+    assert [found for found, _ in reused[-4:]] == [False, True, True, False], reused
+    assert second["NumberLoadedRows"] == new["NumberLoadedRows"] == 1
+    assert doris.rows(db, "SELECT k, v, s, w FROM m WHERE k IN (5, 6, 70, 500) ORDER BY k") == [
+        [5, "p", 0, 5],
+        [6, "q", 1, 6],
+        [70, "r", None, 7],
+        [500, "z", None, 7],
+    ]
+    refused = doris.stream_load(db, "m", "71,x\n", {**SEQ, **partial, "partial_update_new_key_behavior": "ERROR"})
+    assert refused.json()["Status"] == "Fail" and "key=[71]" in refused.json()["Message"]
