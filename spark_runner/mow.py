@@ -27,8 +27,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_runner.merge import beats, later_wins, latest_per_key, sequence_order
-from spark_runner.queries import FILE, ROW, read_rowsets
+from spark_runner.queries import FILE, KEYED_READ_VALUES, ROW, KeyValues, read_rowsets, stored_rows_of
 from spark_runner.sqltext import q
+from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
 from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
@@ -109,11 +110,72 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
             for their_path, keyed in their_rows:
                 for their_seq, their_pos in keyed.get(key, ()):
                     for my_seq, my_pos in my_rows:
-                        later, earlier = (my_seq, their_seq) if mine_is_later else (their_seq, my_seq)
-                        won = later_wins(table, later, earlier)
-                        mine_wins = won if mine_is_later else not won
-                        paths.append(their_path if mine_wins else my_path)
-                        positions.append(their_pos if mine_wins else my_pos)
+                        pair = (my_path, my_seq, my_pos), (their_path, their_seq, their_pos)
+                        _pair_loser(table, *pair, mine_is_later, paths, positions)
+    return _positions(paths, positions)
+
+
+# a re-check whose own rows are at most this many reads, of the other side's files, only the rows holding its keys
+# (`supersede_keyed`): a small load into a large table pairs its rows with a few stored ones, in this process
+KEYED_RECHECK_ROWS = KEYED_READ_VALUES
+
+
+def supersede_keyed(handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool) -> pa.Table | None:
+    """`supersede_in_driver` for a few rows of `mine` against data files of any size: of `theirs`, only the rows
+    holding the first key column's values of `mine` are read (`queries.stored_rows_of`: the row groups whose
+    statistics may hold them, their key column decoded). None when they cannot be read so."""
+    table = handle.definition
+    keys = list(table.key_columns)
+    compared = [*keys, *([SEQUENCE_COL] if table.has_sequence else [])]
+    wanted = tuple(handle.field_id(c) for c in compared)
+    width = len(keys)
+    my_rows = [(path, _keyed_rows(path, wanted, width)) for path in mine]
+    values = tuple({key[0] for _, keyed in my_rows for key in keyed})
+    if not values:
+        return _positions([], [])
+    columns = [(c, handle.field_id(c.name)) for c in table.all_columns() if c.name in compared]
+    parts = stored_rows_of(storage_schema(columns), theirs, KeyValues(keys[0], values, columns=tuple(compared)))
+    if parts is None:
+        return None
+    their_rows: dict[tuple[Any, ...], list[tuple[Any, str, int]]] = {}
+    for part in parts:
+        for row in part.to_pylist():
+            key = tuple(row[k] for k in keys)
+            their_rows.setdefault(key, []).append((row.get(SEQUENCE_COL), row[FILE], row[ROW]))
+    paths: list[str] = []
+    positions: list[int] = []
+    for my_path, keyed in my_rows:
+        for key, mine_of_key in keyed.items():
+            for their_seq, their_path, their_pos in their_rows.get(key, ()):
+                for my_seq, my_pos in mine_of_key:
+                    _pair_loser(
+                        table,
+                        (my_path, my_seq, my_pos),
+                        (their_path, their_seq, their_pos),
+                        mine_is_later,
+                        paths,
+                        positions,
+                    )
+    return _positions(paths, positions)
+
+
+def _pair_loser(
+    table: TableDef,
+    mine: tuple[str, Any, int],
+    theirs: tuple[str, Any, int],
+    mine_is_later: bool,
+    paths: list[str],
+    positions: list[int],
+) -> None:
+    """Append the position of the loser of a pair of rows of one key, (file, sequence, position) each."""
+    later, earlier = (mine[1], theirs[1]) if mine_is_later else (theirs[1], mine[1])
+    won = later_wins(table, later, earlier)
+    loser = theirs if (won if mine_is_later else not won) else mine
+    paths.append(loser[0])
+    positions.append(loser[2])
+
+
+def _positions(paths: list[str], positions: list[int]) -> pa.Table:
     return pa.table({"file_path": pa.array(paths, pa.string()), "pos": pa.array(positions, pa.int64())})
 
 
@@ -192,10 +254,13 @@ def resolve(
     """The commit-time re-check (see the module docstring), written as position delete files in `directory`."""
     if not mine or not theirs:
         return []
+    found = None
     if sum(_row_count(p) for p in (*mine, *theirs)) <= DRIVER_RECHECK_ROWS:
-        written = write_position_deletes(
-            directory, supersede_in_driver(handle, mine, theirs, mine_is_later=mine_is_later)
-        )
+        found = supersede_in_driver(handle, mine, theirs, mine_is_later=mine_is_later)
+    elif sum(_row_count(p) for p in mine) <= KEYED_RECHECK_ROWS:
+        found = supersede_keyed(handle, mine, theirs, mine_is_later=mine_is_later)
+    if found is not None:
+        written = write_position_deletes(directory, found)
         return [written] if written else []
     positions = supersede_positions(spark, handle, mine, theirs, mine_is_later=mine_is_later)
     return write_deletes(positions, directory)

@@ -395,6 +395,12 @@ def _keyed_rows(
     return None if parts is None else _relation(spark, schema, parts, positions=positions)[1]
 
 
+def stored_rows_of(schema: T.StructType, files: list[str], only: KeyValues) -> list[pa.Table] | None:
+    """The rows of these data files whose column holds one of the values `only` lists, as stored (no delete
+    applied), with `FILE` and `ROW`, read in this process (`_keyed_parts`); None when they cannot be read so."""
+    return _keyed_parts(schema, [(path, _stamp(path)) for path in files], only, positions=True, drop={}, keep=None)
+
+
 def _keyed_parts(
     schema: T.StructType,
     files: list[tuple[str, Stamp]],

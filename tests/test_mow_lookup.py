@@ -93,17 +93,28 @@ def test_partial_loads_update_their_keys_in_files_of_many_row_groups(
     assert sorted([r["k"], r["v"], r["s"], r["w"]] for r in scanned) == expected
 
 
-def test_small_loads_decided_in_their_job_match_those_decided_at_commit(
+def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_at_commit(
     doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch, spark: Any
 ) -> None:
-    """A small load into a large merge-on-write table decides its winners in its job, against the stored rows of
-    its keys (joined in one partition: `mow.LOCAL_JOIN`); into a small one, at its commit. The same loads give
-    the same rows either way: sequence wins and losses, ties, keys repeated in a load, new keys, deletes (the
-    `delete` condition and the sign column), a key loaded again after its delete, and a partial update. Each load
-    (a partial update too) runs one Spark job: its keys come from its in-memory rows without one, and its
-    rows meet the stored winners in one partition (a job for the keys, a broadcast join and AQE's stages made 5)."""
-    from spark_runner import service
+    """A small load into a large merge-on-write table is decided against the stored rows of its keys: a partial
+    update (or a load of more rows than `KEYED_RECHECK_ROWS`) in its job (joined in one partition:
+    `mow.LOCAL_JOIN`), a few rows after its job in the server's process, paired with the stored rows of their
+    keys alone (`mow.supersede_keyed`); into a small one, at its commit. The same loads give the same rows every
+    way: sequence wins and losses, ties, keys repeated in a load, new keys, deletes (the `delete` condition and
+    the sign column), a key loaded again after its delete, and a partial update. Each load (a partial update too)
+    runs one Spark job: its keys come from its in-memory rows without one, and its rows meet the stored winners
+    in one partition (a job for the keys, a broadcast join and AQE's stages made 5)."""
+    from spark_runner import mow, service
 
+    keyed: list[int] = []
+    real = mow.supersede_keyed
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        keyed.append(-1 if found is None else found.num_rows)
+        return found
+
+    monkeypatch.setattr(mow, "supersede_keyed", spy)
     loads = [
         ("1,10,a\n2,10,b\n3,10,c\n", {}),
         ("1,5,lost\n", {}),  # lower sequence: the stored row stays
@@ -121,8 +132,11 @@ def test_small_loads_decided_in_their_job_match_those_decided_at_commit(
         ("3,upd\n7,fresh\n", {"partial_columns": "true", "columns": "k,v"}),  # keeps 3's sequence; 7 is new
     ]
     answers = {}
-    for table, recheck_rows in (("in_job", 0), ("at_commit", 10**9)):
+    ways = {"in_job": (0, 0, 10**9), "paired_by_key": (0, 1000, 0), "at_commit": (10**9, 1000, 10**9)}
+    for table, (recheck_rows, keyed_rows, in_process_rows) in ways.items():
         monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", recheck_rows)
+        monkeypatch.setattr(service, "KEYED_RECHECK_ROWS", keyed_rows)
+        monkeypatch.setattr(mow, "DRIVER_RECHECK_ROWS", in_process_rows)
         doris.sql(
             db,
             f"CREATE TABLE {table} (k INT NOT NULL, s INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) "
@@ -136,9 +150,11 @@ def test_small_loads_decided_in_their_job_match_those_decided_at_commit(
             jobs.append(len(spark.sparkContext.statusTracker().getJobIdsForGroup(f"load_txn_{reply['TxnId']}")))
             seen.append(doris.rows(db, f"SELECT k, s, v FROM {table} ORDER BY k"))
         answers[table] = seen
-        if table == "in_job":
+        if table != "at_commit":
             assert max(jobs[1:]) <= 1, str(jobs)  # the first load found the table empty: nothing to look up
-    assert answers["in_job"] == answers["at_commit"]
+        if table == "paired_by_key":  # the full-row loads after the first, each paired in this process
+            assert len(keyed) == len(loads) - 2 and min(keyed) >= 0 and sum(keyed) > 0, keyed
+    assert answers["in_job"] == answers["at_commit"] == answers["paired_by_key"]
     final = [[1, 50, "won"], [2, 100, "back"], [3, 30, "upd"], [4, 1, "new"], [6, 2, "h"], [7, None, "fresh"]]
     final.append([1000, 1, "far"])
     assert answers["in_job"][-1] == final
@@ -150,9 +166,10 @@ def test_a_full_row_upsert_decodes_only_the_decision_columns_of_the_stored_rows(
     """A one-row load into a large merge-on-write table reads the row group of its key in the server's process.
     A full-row upsert decides by key, sequence, version and sign, so only those columns are decoded (a row group
     decoded whole took ~50 ms for 500k rows); a partial update also decodes the values it keeps."""
-    from spark_runner import service
+    from spark_runner import mow, service
 
-    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # paired by key, as into a large table
+    monkeypatch.setattr(mow, "DRIVER_RECHECK_ROWS", 0)
     doris.sql(db, DDL.format(key="INT"))
     assert_doris_result(doris.stream_load(db, "t", as_json([(k, f"v{k}", 1, k) for k in range(3000)]), JSON).json())
     reads: list[list[str] | None] = []
