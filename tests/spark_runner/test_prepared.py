@@ -68,14 +68,16 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
 def test_merge_on_write_loads_reuse_their_plan_with_the_stored_rows_of_their_own_keys(
     doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A small load into a large merge-on-write table compares with the stored rows of its keys, read in the
-    server's process: its plan has two in-memory leaves (its rows, those stored rows) and no key of its own in
+    """A small load into a large merge-on-write table that compares with the stored rows of its keys in its job
+    (a partial update; a load of more rows than `KEYED_RECHECK_ROWS`) reads them in the server's process: its
+    plan has two in-memory leaves (its rows, those stored rows) and no key of its own in
     it, so the next loads of its shape reuse it with their rows and their keys' stored rows. Each answers by its
     own keys: a stored row with a larger sequence wins, a new key is added, a deleted key stays deleted below
     its tombstone's sequence; a partial update fills its own keys' unlisted columns and counts its new keys."""
     from spark_runner import service
 
-    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table,
+    monkeypatch.setattr(service, "KEYED_RECHECK_ROWS", 0)  # as a load of more rows than a pairing by key takes
     reused: list[tuple[bool, tuple[str, ...]]] = []
     real = prepared.reuse
 
