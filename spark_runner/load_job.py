@@ -81,6 +81,7 @@ class JobOutcome:
     errors: list[str]  # first rejected rows, error-log lines
     metrics: dict[str, Any] | None = None  # the caller's `extra_metrics`, by name (counts, or arrays of counts)
     deletes: list[str] = field(default_factory=list)  # position delete files of the stored rows it supersedes
+    paired: bool = False  # decided against the stored rows of its keys in the server's process (`pair`)
 
 
 def _field(i: int) -> str:
@@ -830,6 +831,7 @@ def run_load_job(
     stored: StoredRows | None = None,
     lookup: bool = False,
     extra_metrics: tuple[Column, ...] = (),
+    pair: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None = None,
 ) -> JobOutcome:
     """Run the load as one Spark action writing the rowset; counts come from an observation of that action.
 
@@ -838,7 +840,8 @@ def run_load_job(
     before its job). With `lookup` the load is merged into them (`spark_runner.mow`):
     only the rows that beat the stored ones are written, and the stored rows they beat are named in position
     delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
-    (group commit counts per load).
+    (group commit counts per load). `pair`: a collected rowset's rows are decided against the stored rows of
+    their keys in the server's process (`mow.pair_rows`, `JobOutcome.paired`) instead.
     """
     table = plan.table
     keys = list(table.key_columns)
@@ -887,9 +890,13 @@ def run_load_job(
             built,
         )
     deletes: list[str] = []
+    paired = False
     if collected:
         # one partition, in key order; the decision columns split into the rows and the position deletes
-        files, positions = small_rowset.write_collected(out, directory, version=version, decision=decision)
+        files, positions = small_rowset.write_collected(
+            out, directory, version=version, decision=decision, decide=None if lookup else pair
+        )
+        paired = pair is not None and not lookup and positions is not None
         if positions is not None:
             written = write_position_deletes(directory, positions)
             deletes = [written] if written else []
@@ -921,4 +928,4 @@ def run_load_job(
             rows = prepare_rows(source, plan)
         errors = error_lines(rows, plan.request.limits.error_log_line_bytes)
     extra = {name: value for name, value in metrics.items() if name not in ("total", "filtered", "unselected")}
-    return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes)
+    return JobOutcome(counts=counts, files=files, errors=errors, metrics=extra or None, deletes=deletes, paired=paired)

@@ -3,9 +3,11 @@
     lookup      the stored rows a load compares against (`queries.lookup_rows`): live rows and tombstones, with
                 their data file and row number; only the winner per key of those matching the load's keys counts
     decide      per incoming row (one per key after the load's own merge): it wins unless the stored winner has
-                a larger sequence (NULL lowest; a tie goes to the load, the later version: Doris's rule). A
-                winner is written and the stored row it beats is named in a position delete file; a loser is
-                not written at all
+                a larger sequence (NULL lowest; a tie goes to the load, the later version: Doris's rule). In
+                the job of a partial update (or of a small load of many rows), a winner is written and the
+                stored row it beats is named in a position delete file; a loser is not written at all. Other
+                loads write every row, then pair them with the stored rows of their keys (`resolve`) as the
+                re-check below does: a few rows in the server's process (`supersede_keyed`), more in Spark
     re-check    at the commit, rows that other commits added since the lookup (loads, a compaction's output) are
                 compared with the load's written rows the same way (`resolve`): the loser of each pair, on
                 either side, is position-deleted. Two-phase loads, written before their commit order is known,
@@ -122,31 +124,19 @@ KEYED_RECHECK_ROWS = KEYED_READ_VALUES
 
 def supersede_keyed(handle: TableHandle, mine: list[str], theirs: list[str], *, mine_is_later: bool) -> pa.Table | None:
     """`supersede_in_driver` for a few rows of `mine` against data files of any size: of `theirs`, only the rows
-    holding the first key column's values of `mine` are read (`queries.stored_rows_of`: the row groups whose
-    statistics may hold them, their key column decoded). None when they cannot be read so."""
+    holding the first key column's values of `mine` are read (`_stored_of_keys`). None when they cannot be read so."""
     table = handle.definition
-    keys = list(table.key_columns)
-    compared = [*keys, *([SEQUENCE_COL] if table.has_sequence else [])]
+    compared = [*table.key_columns, *([SEQUENCE_COL] if table.has_sequence else [])]
     wanted = tuple(handle.field_id(c) for c in compared)
-    width = len(keys)
-    my_rows = [(path, _keyed_rows(path, wanted, width)) for path in mine]
-    values = tuple({key[0] for _, keyed in my_rows for key in keyed})
-    if not values:
-        return _positions([], [])
-    columns = [(c, handle.field_id(c.name)) for c in table.all_columns() if c.name in compared]
-    parts = stored_rows_of(storage_schema(columns), theirs, KeyValues(keys[0], values, columns=tuple(compared)))
-    if parts is None:
+    my_rows = [(path, _keyed_rows(path, wanted, len(table.key_columns))) for path in mine]
+    their_rows = _stored_of_keys(handle, theirs, {key[0] for _, keyed in my_rows for key in keyed})
+    if their_rows is None:
         return None
-    their_rows: dict[tuple[Any, ...], list[tuple[Any, str, int]]] = {}
-    for part in parts:
-        for row in part.to_pylist():
-            key = tuple(row[k] for k in keys)
-            their_rows.setdefault(key, []).append((row.get(SEQUENCE_COL), row[FILE], row[ROW]))
     paths: list[str] = []
     positions: list[int] = []
     for my_path, keyed in my_rows:
         for key, mine_of_key in keyed.items():
-            for their_seq, their_path, their_pos in their_rows.get(key, ()):
+            for their_seq, _, their_path, their_pos in their_rows.get(key, ()):
                 for my_seq, my_pos in mine_of_key:
                     _pair_loser(
                         table,
@@ -157,6 +147,61 @@ def supersede_keyed(handle: TableHandle, mine: list[str], theirs: list[str], *, 
                         positions,
                     )
     return _positions(paths, positions)
+
+
+def pair_rows(handle: TableHandle, theirs: list[str], rows: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+    """A small load's rows (its job's result: one per key, in storage columns, not yet written) decided against the
+    stored rows of their keys in the data files `theirs`, as stored (`_stored_of_keys`), as a lookup in its job
+    decides them: a row that does not beat the largest stored row of its key is not written; the largest stored
+    row of a key a row beats is position-deleted (the others were superseded by it already). Returns the rows to
+    write and the positions to delete; None when the stored rows cannot be read so (the load is then resolved
+    after its write: `resolve`)."""
+    table = handle.definition
+    keys = list(table.key_columns)
+    if not rows.num_rows:
+        return rows, _positions([], [])
+    stored = _stored_of_keys(handle, theirs, set(rows.column(keys[0]).to_pylist()))
+    if stored is None:
+        return None
+    mine = rows.select([*keys, *([SEQUENCE_COL] if table.has_sequence else [])]).to_pylist()
+    kept: list[bool] = []
+    paths: list[str] = []
+    positions: list[int] = []
+    for row in mine:
+        found = stored.get(tuple(row[k] for k in keys))
+        if not found:
+            kept.append(True)
+            continue
+        seq, _, path, pos = max(found, key=lambda r: (r[0] is not None, r[0], r[1]))
+        wins = later_wins(table, row.get(SEQUENCE_COL), seq)
+        kept.append(wins)
+        if wins:
+            paths.append(path)
+            positions.append(pos)
+    return rows.filter(pa.array(kept, pa.bool_())), _positions(paths, positions)
+
+
+def _stored_of_keys(
+    handle: TableHandle, files: list[str], values: set[Any]
+) -> dict[tuple[Any, ...], list[tuple[Any, int, str, int]]] | None:
+    """The rows of these data files whose first key column holds one of `values`, as stored (position deletes
+    aside), by key: (sequence, version, file, position) each; read in the server's process
+    (`queries.stored_rows_of`: the row groups whose key statistics may hold them, their key, sequence and version
+    decoded), or None when they cannot be read so."""
+    table = handle.definition
+    keys = list(table.key_columns)
+    compared = [*keys, *([SEQUENCE_COL] if table.has_sequence else []), VERSION_COL]
+    columns = [(c, handle.field_id(c.name)) for c in table.all_columns() if c.name in compared]
+    only = KeyValues(keys[0], tuple(values), columns=tuple(compared))
+    parts = stored_rows_of(storage_schema(columns), files, only) if values else []
+    if parts is None:
+        return None
+    out: dict[tuple[Any, ...], list[tuple[Any, int, str, int]]] = {}
+    for part in parts:
+        for row in part.to_pylist():
+            found = (row.get(SEQUENCE_COL), row[VERSION_COL], row[FILE], row[ROW])
+            out.setdefault(tuple(row[k] for k in keys), []).append(found)
+    return out
 
 
 def _pair_loser(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import queue
 import shutil
@@ -32,7 +33,7 @@ from spark_runner.load_job import (
     rows_source,
     run_load_job,
 )
-from spark_runner.mow import DRIVER_RECHECK_ROWS, KEYED_RECHECK_ROWS, decision_columns, resolve
+from spark_runner.mow import DRIVER_RECHECK_ROWS, KEYED_RECHECK_ROWS, decision_columns, pair_rows, resolve
 from spark_runner.planning import LoadPlan, loaded_target, plan_load
 from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
@@ -405,6 +406,7 @@ def run_rowset(
     """
     lookup = False
     resolve_after: list[str] = []
+    pair = None
     if plan.table.positional:
         # merge-on-write: a partial update compares with the stored rows of its keys in the job, which it reads
         # to fill its rows (only its winners are written), as does a small load of more rows than its keys'
@@ -425,6 +427,8 @@ def run_rowset(
         lookup = compare and (plan.reads_stored or (small and not paired))
         if compare and not lookup:
             resolve_after = files
+            if paired:
+                pair = functools.partial(pair_rows, rowset.handle, files)
         rowset.seen = frozenset(files) if compare else None
         if lookup or plan.reads_stored:
             # a full-row upsert needs the stored rows' keys, sequences and positions only (`decision_columns`)
@@ -441,9 +445,10 @@ def run_rowset(
             stored=stored,
             lookup=lookup,
             extra_metrics=extra_metrics,
+            pair=pair,
         )
         deletes = list(outcome.deletes)
-        if resolve_after:
+        if resolve_after and not outcome.paired:
             deletes += resolve(spark, rowset.handle, outcome.files, resolve_after, rowset.directory)
     rowset.deletes = deletes
     return outcome

@@ -12,7 +12,7 @@ is known to be small.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -48,12 +48,19 @@ def known_rows(source: DataFrame) -> int | None:
 
 
 def write_collected(
-    out: DataFrame, directory: Location, *, version: int, decision: Sequence[str] = ()
+    out: DataFrame,
+    directory: Location,
+    *,
+    version: int,
+    decision: Sequence[str] = (),
+    decide: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None = None,
 ) -> tuple[list[str], pa.Table | None]:
     """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
     the version column (the job leaves it 0, so its generated code does not change from load to load);
     returns the file, and the position delete rows when `out` carries a merge-on-write `decision` (the
-    columns: the row wins, the stored file and row it beats): only winning rows are written."""
+    columns: the row wins, the stored file and row it beats): only winning rows are written. `decide`
+    makes that decision in the server's process instead (`mow.pair_rows`: the rows to write and the positions
+    to delete, or None when it cannot, and the position delete rows are None)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -66,6 +73,8 @@ def write_collected(
         beaten = rows.filter(pa.compute.is_valid(rows.column(stored_file)))
         positions = pa.table({"file_path": beaten.column(stored_file), "pos": beaten.column(stored_pos)})
         rows = rows.drop_columns(list(decision))
+    elif decide is not None and (decided := decide(rows)) is not None:
+        rows, positions = decided
     if VERSION_COL in rows.column_names:
         at = rows.column_names.index(VERSION_COL)
         rows = rows.set_column(at, VERSION_COL, pa.array([version] * rows.num_rows, pa.int64()))

@@ -98,23 +98,23 @@ def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_a
 ) -> None:
     """A small load into a large merge-on-write table is decided against the stored rows of its keys: a partial
     update (or a load of more rows than `KEYED_RECHECK_ROWS`) in its job (joined in one partition:
-    `mow.LOCAL_JOIN`), a few rows after its job in the server's process, paired with the stored rows of their
-    keys alone (`mow.supersede_keyed`); into a small one, at its commit. The same loads give the same rows every
+    `mow.LOCAL_JOIN`), a few rows in the server's process once its job has computed them, paired with the stored
+    rows of their keys alone (`mow.pair_rows`); into a small one, at its commit. The same loads give the same rows every
     way: sequence wins and losses, ties, keys repeated in a load, new keys, deletes (the `delete` condition and
     the sign column), a key loaded again after its delete, and a partial update. Each load (a partial update too)
     runs one Spark job: its keys come from its in-memory rows without one, and its rows meet the stored winners
     in one partition (a job for the keys, a broadcast join and AQE's stages made 5)."""
     from spark_runner import mow, service
 
-    keyed: list[int] = []
-    real = mow.supersede_keyed
+    keyed: list[int] = []  # per pairing: the stored rows it position-deletes
+    real = service.pair_rows
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         found = real(*args, **kwargs)
-        keyed.append(-1 if found is None else found.num_rows)
+        keyed.append(-1 if found is None else found[1].num_rows)
         return found
 
-    monkeypatch.setattr(mow, "supersede_keyed", spy)
+    monkeypatch.setattr(service, "pair_rows", spy)
     loads = [
         ("1,10,a\n2,10,b\n3,10,c\n", {}),
         ("1,5,lost\n", {}),  # lower sequence: the stored row stays

@@ -47,8 +47,8 @@ def test_small_rowset_matches_sparks_file(
     written: dict[Path, list[str]] = {}
     real = small_rowset.write_collected
 
-    def spy(out: Any, directory: Any, *, version: int, decision: Any = ()) -> Any:
-        files, positions = real(out, directory, version=version, decision=decision)
+    def spy(out: Any, directory: Any, *, version: int, decision: Any = (), decide: Any = None) -> Any:
+        files, positions = real(out, directory, version=version, decision=decision, decide=decide)
         written[directory.parent.parent] = files
         return files, positions
 
@@ -72,14 +72,17 @@ def test_small_rowset_matches_sparks_file(
     assert doris.rows(db, "select k, vc from direct where k = 5") == [[5, "v"]]
 
 
+@pytest.mark.parametrize("keyed_rows", [1000, 0], ids=["paired", "in_job"])
 def test_a_small_load_whose_rows_all_lose_writes_no_empty_file(
-    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch, keyed_rows: int
 ) -> None:
     """A one-row load beaten by the stored row's sequence value loads its row (Doris counts it loaded) but leaves
     nothing to write: no empty rowset file joins the table (pyiceberg warned for each of its columns, and every
     such file was one more for reads and compaction to open)."""
-    # the lookup in the load's job, as for a table of more than DRIVER_RECHECK_ROWS rows (not the commit's re-check)
+    # decided before the write, as into a table of more than DRIVER_RECHECK_ROWS rows (not the commit's re-check):
+    # paired by key in the server's process (`mow.pair_rows`), or looked up in the load's job
     monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)
+    monkeypatch.setattr(service, "KEYED_RECHECK_ROWS", keyed_rows)
     doris.sql(
         db,
         "CREATE TABLE lose (k INT NOT NULL, seq INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
