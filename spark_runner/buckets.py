@@ -255,3 +255,68 @@ def key_buckets(spark: SparkSession, table: TableDef, pinned: dict[str, list[Any
 
 def _literal(value: Any) -> str:
     return str(int(value)) if isinstance(value, int) else lit(str(value))
+
+
+# Spark's `hash` (Murmur3, x86 32-bit, seed 42) in Python, for the integer and string types: a small load's keys
+# get their buckets in the server's process (`value_buckets`), with neither a Spark job nor a query to plan
+_M32 = 0xFFFFFFFF
+_SEED = 42
+_INTEGERS = ("TINYINT", "SMALLINT", "INT")
+_STRINGS = ("CHAR", "VARCHAR", "STRING")
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k1: int) -> int:
+    return (_rotl((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    return (_rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    return h1 ^ (h1 >> 16)
+
+
+def spark_hash(value: int | str, kind: str) -> int:
+    """Spark's `hash(value)` of one non-NULL value stored as a 32-bit integer (`kind` "int"), a 64-bit one
+    ("long") or a string ("string"), as the signed 32-bit integer Spark returns."""
+    if kind == "int":
+        h1 = _fmix(_mix_h1(_SEED, _mix_k1(int(value) & _M32)), 4)
+    elif kind == "long":
+        number = int(value) & 0xFFFFFFFFFFFFFFFF
+        h1 = _fmix(_mix_h1(_mix_h1(_SEED, _mix_k1(number & _M32)), _mix_k1(number >> 32)), 8)
+    else:
+        raw = str(value).encode()
+        aligned = len(raw) - len(raw) % 4
+        h1 = _SEED
+        for at in range(0, aligned, 4):
+            h1 = _mix_h1(h1, _mix_k1(int.from_bytes(raw[at : at + 4], "little")))
+        for byte in raw[aligned:]:  # each trailing byte as a signed int, one at a time (Spark's own variant)
+            h1 = _mix_h1(h1, _mix_k1((byte - 256 if byte > 127 else byte) & _M32))
+        h1 = _fmix(h1, len(raw))
+    return h1 - (1 << 32) if h1 > 0x7FFFFFFF else h1
+
+
+def value_buckets(table: TableDef, values: Iterable[Any]) -> dict[Any, int] | None:
+    """The bucket of each value of a table hashed by one column of an integer or string type (`bucket_sql`:
+    `pmod(hash(column), buckets)`); None for another table, type or a NULL value."""
+    columns = table.distribution_columns
+    if not table.bucketed or table.buckets <= 1 or len(columns) != 1:
+        return None
+    name = {c.name: c for c in table.all_columns()}[columns[0]].type.name
+    kind = "int" if name in _INTEGERS else "long" if name == "BIGINT" else "string" if name in _STRINGS else None
+    wanted = list(values)
+    if kind is None or any(v is None or isinstance(v, bool) for v in wanted):
+        return None
+    if not all(isinstance(v, str if kind == "string" else int) for v in wanted):
+        return None
+    return {v: spark_hash(v, kind) % table.buckets for v in wanted}  # Python's % is pmod for a positive modulus

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_runner.buckets import value_buckets
 from spark_runner.merge import beats, later_wins, latest_per_key, sequence_order
 from spark_runner.queries import FILE, KEYED_READ_VALUES, ROW, KeyValues, read_rowsets, stored_rows_of
 from spark_runner.sqltext import q
@@ -35,6 +36,7 @@ from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
 from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
+from tables.rowsets import FileFilter, wanted_values
 from tables.sized_cache import sized_cache
 from tables.warehouse import Location, arrow_path, as_location, child_of, delete_dir, list_files, move
 
@@ -192,7 +194,15 @@ def _stored_of_keys(
     keys = list(table.key_columns)
     compared = [*keys, *([SEQUENCE_COL] if table.has_sequence else []), VERSION_COL]
     columns = [(c, handle.field_id(c.name)) for c in table.all_columns() if c.name in compared]
-    only = KeyValues(keys[0], tuple(values), columns=tuple(compared))
+    per_file: dict[str, tuple[Any, ...]] = {}  # a file of one bucket may hold only that bucket's values
+    buckets = value_buckets(table, values) if tuple(table.distribution_columns) == (keys[0],) else None
+    if buckets is not None:
+        by_bucket: dict[int, list[Any]] = {}
+        for value, bucket in buckets.items():
+            by_bucket.setdefault(bucket, []).append(value)
+        listed = tuple((b, tuple(v)) for b, v in sorted(by_bucket.items()))
+        per_file = wanted_values(handle.iceberg, FileFilter(values=((keys[0], tuple(values)),), by_bucket=listed))
+    only = KeyValues(keys[0], tuple(values), per_file=per_file, columns=tuple(compared))
     parts = stored_rows_of(storage_schema(columns), files, only) if values else []
     if parts is None:
         return None
