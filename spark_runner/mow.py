@@ -4,10 +4,11 @@
                 their data file and row number; only the winner per key of those matching the load's keys counts
     decide      per incoming row (one per key after the load's own merge): it wins unless the stored winner has
                 a larger sequence (NULL lowest; a tie goes to the load, the later version: Doris's rule). In
-                the job of a partial update (or of a small load of many rows), a winner is written and the
-                stored row it beats is named in a position delete file; a loser is not written at all. Other
-                loads write every row, then pair them with the stored rows of their keys (`resolve`) as the
-                re-check below does: a few rows in the server's process (`supersede_keyed`), more in Spark
+                the job of a partial update (or of a small load of many rows), or for a few rows in the
+                server's process once the job has computed them (`pair_rows`), a winner is written and the
+                stored row it beats is named in a position delete file; a loser is not written at all. A
+                large load writes every row, then pairs them with the stored rows of their keys (`resolve`)
+                as the re-check below does
     re-check    at the commit, rows that other commits added since the lookup (loads, a compaction's output) are
                 compared with the load's written rows the same way (`resolve`): the loser of each pair, on
                 either side, is position-deleted. Two-phase loads, written before their commit order is known,
@@ -27,12 +28,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from spark_runner.buckets import value_buckets
 from spark_runner.merge import beats, later_wins, latest_per_key, sequence_order
 from spark_runner.queries import FILE, KEYED_READ_VALUES, ROW, KeyValues, read_rowsets, stored_rows_of
 from spark_runner.sqltext import q
-from spark_runner.types import storage_schema
+from spark_runner.types import storage_schema, storage_type
 from tables.catalog import TableHandle
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, TableDef
 from tables.row_delta import DELETE_FILE_PREFIX, write_position_deletes
@@ -119,8 +121,8 @@ def supersede_in_driver(handle: TableHandle, mine: list[str], theirs: list[str],
     return _positions(paths, positions)
 
 
-# a re-check whose own rows are at most this many reads, of the other side's files, only the rows holding its keys
-# (`supersede_keyed`): a small load into a large table pairs its rows with a few stored ones, in this process
+# a load (`pair_rows`) or a re-check (`supersede_keyed`) of at most this many rows reads, of the other side's
+# files, only the rows holding its keys, in this process: a small load into a large table meets a few stored rows
 KEYED_RECHECK_ROWS = KEYED_READ_VALUES
 
 
@@ -149,6 +151,14 @@ def supersede_keyed(handle: TableHandle, mine: list[str], theirs: list[str], *, 
                         positions,
                     )
     return _positions(paths, positions)
+
+
+def can_pair(table: TableDef) -> bool:
+    """Whether `pair_rows` may read the stored rows of a load's keys: its first key column is an integer or a
+    string (`queries.KEYED_READ_VALUES`); for others the lookup stays in the load's job, where Spark's reader
+    skips row groups by the keys as literals."""
+    first = next(c for c in table.all_columns() if c.name == table.key_columns[0])
+    return isinstance(storage_type(first.type), (T.IntegerType, T.LongType, T.StringType))
 
 
 def pair_rows(handle: TableHandle, theirs: list[str], rows: pa.Table) -> tuple[pa.Table, pa.Table] | None:

@@ -33,7 +33,7 @@ from spark_runner.load_job import (
     rows_source,
     run_load_job,
 )
-from spark_runner.mow import DRIVER_RECHECK_ROWS, KEYED_RECHECK_ROWS, decision_columns, pair_rows, resolve
+from spark_runner.mow import DRIVER_RECHECK_ROWS, KEYED_RECHECK_ROWS, can_pair, decision_columns, pair_rows, resolve
 from spark_runner.planning import LoadPlan, loaded_target, plan_load
 from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
@@ -410,11 +410,12 @@ def run_rowset(
     if plan.table.positional:
         # merge-on-write: a partial update compares with the stored rows of its keys in the job, which it reads
         # to fill its rows (only its winners are written), as does a small load of more rows than its keys'
-        # stored rows may be read in the server's process for. Other loads write their rows first and then
-        # pair them with the stored rows by key (`resolve_after`: the rowset's key and sequence columns against
-        # the stored ones), the loser of each pair position-deleted: the same answer without carrying every
-        # incoming row through a join. A few rows are paired in the server's process with the stored rows of
-        # their keys alone (`mow.supersede_keyed`), a large load's in a Spark job. What a two-phase load
+        # stored rows may be read in the server's process for. A small load of up to `KEYED_RECHECK_ROWS` rows
+        # is decided the same way once its job has computed its rows, in the server's process, against the
+        # stored rows of its keys alone (`mow.pair_rows`): its job is the plain chain of any small load. A large
+        # load writes its rows first and then pairs them with the stored rows by key (`resolve_after`: the
+        # rowset's key and sequence columns against the stored ones), the loser of each pair position-deleted:
+        # the same answer without carrying every incoming row through a join. What a two-phase load
         # supersedes is decided at its commit, against the table as it is then; so is a small load's into a
         # small table, where the commit's re-check in the server's process costs less than pairing it twice.
         stored_files = live_data_files(rowset.handle.iceberg)
@@ -423,7 +424,8 @@ def run_rowset(
         few = sum(f.record_count for f in stored_files) <= DRIVER_RECHECK_ROWS and small
         compare = bool(files) and not rowset.precommit and (plan.reads_stored or not few)
         rows = small_rowset.known_rows(frame)
-        paired = rows is not None and rows <= KEYED_RECHECK_ROWS  # after the job, in the server's process
+        # decided after the job, in the server's process
+        paired = rows is not None and rows <= KEYED_RECHECK_ROWS and can_pair(plan.table)
         lookup = compare and (plan.reads_stored or (small and not paired))
         if compare and not lookup:
             resolve_after = files

@@ -83,3 +83,43 @@ def test_a_one_row_load_reads_only_the_file_of_its_keys_bucket(
         [1000, 1, "new"],
     ]
     assert doris.rows(db, "SELECT count(*) FROM b") == [[401]]
+
+
+def test_a_load_into_a_table_keyed_by_another_type_keeps_its_lookup_in_the_job(
+    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored rows are read by key in the server's process for integer and string keys only: a small load into a
+    large table keyed by a date is decided by its job's lookup (Spark's reader skips row groups by the keys as
+    literals), never by a pairing that would fall back to a Spark join of the whole table."""
+    from spark_runner import service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # as into a large table
+    paired: list[Any] = []
+    real = service.pair_rows
+
+    def spy(*args: Any) -> Any:
+        paired.append(args[0].definition.name)
+        return real(*args)
+
+    monkeypatch.setattr(service, "pair_rows", spy)
+    doris.sql(
+        db,
+        "CREATE TABLE d (k DATE NOT NULL, s INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        'PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    doris.sql(
+        db,
+        "CREATE TABLE i (k INT NOT NULL, s INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        'PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    csv = {"column_separator": ","}
+    for table, key in (("d", "2026-01-0"), ("i", "")):
+        for body in ("1,5,a\n2,5,b\n", "1,9,won\n", "2,1,lost\n"):
+            rows = "".join(f"{key}{line}\n" for line in body.splitlines())
+            assert doris.stream_load(db, table, rows, csv).json()["Status"] == "Success"
+    assert paired == ["i", "i"]  # the date-keyed table's loads were looked up in their jobs
+    assert doris.rows(db, "SELECT CAST(k AS STRING), s, v FROM d ORDER BY k") == [
+        ["2026-01-01", 9, "won"],
+        ["2026-01-02", 5, "b"],
+    ]
+    assert doris.rows(db, "SELECT k, s, v FROM i ORDER BY k") == [[1, 9, "won"], [2, 5, "b"]]
