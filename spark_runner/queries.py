@@ -166,7 +166,7 @@ def scan_files(
     """The rows of these data files in `schema` (columns matched by Iceberg field id), with `FILE` and `ROW`
     when `positions`: tiny files read in this process, the others by Spark's Parquet reader, or, when the caller
     needs `only` the rows of a few values (`KEYED_READ_VALUES`), their rows holding them read in this process
-    (`_keyed_rows`). The rows `deleted` names are dropped, except those whose `keep` column is 1: a file's read in
+    (`_keyed_parts`). The rows `deleted` names are dropped, except those whose `keep` column is 1: a file's read in
     this process before Spark sees them. With `cache` the tiny files' relation is kept for the next read of the
     same file versions and deletes."""
     stamps = {path: _stamp(path) for path in files}
@@ -209,14 +209,14 @@ def scan_files(
     big = [p for p in files if p not in chosen]
     if big and only is not None:
         try:
-            keyed = _keyed_rows(
-                spark, schema, [(p, stamps[p]) for p in big], only, positions=located, drop=by_file, keep=keep
+            keyed = _keyed_parts(
+                schema, [(p, stamps[p]) for p in big], only, positions=located, drop=by_file, keep=keep
             )
         except (pa.ArrowException, ValueError, KeyError, TypeError):  # a type the cast does not know: Spark reads
             log.warning("rows of %d values read by Spark instead", len(only.values), exc_info=True)
             keyed = None
         if keyed is not None:
-            frames.append(keyed)
+            frames.append(_relation(spark, schema, keyed, positions=located)[1])
             big = []
     if big:
         named = {p: by_file[p] for p in big if p in by_file}
@@ -378,21 +378,6 @@ def _keyed_kind(schema: T.StructType, only: KeyValues) -> pa.DataType | None:
         return None
     kind = to_arrow_schema(schema).field(only.column).type
     return kind if pa.types.is_integer(kind) or pa.types.is_string(kind) else None
-
-
-def _keyed_rows(
-    spark: SparkSession,
-    schema: T.StructType,
-    files: list[tuple[str, Stamp]],
-    only: KeyValues,
-    *,
-    positions: bool,
-    drop: Mapping[str, frozenset[int]],
-    keep: str | None,
-) -> DataFrame | None:
-    """`_keyed_parts` as one Arrow relation, or None."""
-    parts = _keyed_parts(schema, files, only, positions=positions, drop=drop, keep=keep)
-    return None if parts is None else _relation(spark, schema, parts, positions=positions)[1]
 
 
 def stored_rows_of(schema: T.StructType, files: list[str], only: KeyValues) -> list[pa.Table] | None:

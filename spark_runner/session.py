@@ -33,7 +33,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Row groups of at most 128k rows (Parquet's own bound is 128 MB, millions of rows): a small load's merge-on-write
-    # lookup decodes the key column of each row group whose statistics may hold its keys (`queries._keyed_rows`),
+    # lookup decodes the key column of each row group whose statistics may hold its keys (`queries._keyed_parts`),
     # so a one-row load into a table of one bucket and 2M rows decoded 2M keys and the decision columns of 2M rows
     # per load; with this bound, 128k.
     "spark.hadoop.parquet.block.row.count.limit": "131072",

@@ -1,4 +1,4 @@
-"""A small load's merge-on-write lookup, read in the server's process (`spark_runner.queries._keyed_rows`).
+"""A small load's merge-on-write lookup, read in the server's process (`spark_runner.queries._keyed_parts`).
 
 The stored rows of the load's keys are read with pyarrow: the row groups whose key statistics may hold them, a
 file of one bucket by its own bucket's keys, rows superseded since skipped unless they are tombstones. What a user
