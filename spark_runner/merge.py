@@ -48,6 +48,12 @@ def later_wins(table: TableDef, later: Any, earlier: Any) -> bool:
     return not table.has_sequence or not (earlier is not None and (later is None or later < earlier))
 
 
+def order_key(sequence: Any, version: int) -> tuple[bool, Any, int]:
+    """`sequence_order` on Python values, a sort key: NULL sequence lowest, then the sequence, then the version
+    (the later load wins a tie)."""
+    return sequence is not None, sequence, version
+
+
 def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[str]) -> DataFrame:
     """Keep, for each key, the one row whose `order` tuple is largest (a hash aggregate, no sort)."""
     columns = df.columns

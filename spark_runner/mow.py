@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_runner.buckets import value_buckets
-from spark_runner.merge import beats, later_wins, latest_per_key, sequence_order
+from spark_runner.merge import beats, later_wins, latest_per_key, order_key, sequence_order
 from spark_runner.queries import FILE, KEYED_READ_VALUES, ROW, KeyValues, read_rowsets, stored_rows_of
 from spark_runner.sqltext import q
 from spark_runner.types import storage_schema, storage_type
@@ -184,7 +184,7 @@ def pair_rows(handle: TableHandle, theirs: list[str], rows: pa.Table) -> tuple[p
         if not found:
             kept.append(True)
             continue
-        seq, _, path, pos = max(found, key=lambda r: (r[0] is not None, r[0], r[1]))
+        seq, _, path, pos = max(found, key=lambda r: order_key(r[0], r[1]))
         wins = later_wins(table, row.get(SEQUENCE_COL), seq)
         kept.append(wins)
         if wins:

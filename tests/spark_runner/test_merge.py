@@ -300,3 +300,11 @@ def test_what_a_merge_on_write_load_supersedes_follows_the_merge_order(spark) ->
         expected = row["earlier"] is None or (row["later"] is not None and row["later"] >= row["earlier"])
         assert row["s"] == later_wins(with_seq, row["later"], row["earlier"]) == expected, row
         assert row["p"] is True and later_wins(plain, row["later"], row["earlier"])
+
+
+def test_order_key_puts_a_null_sequence_lowest_and_breaks_ties_by_version() -> None:
+    from spark_runner.merge import order_key
+
+    assert max([(None, 9), (3, 1), (3, 2), (1, 8)], key=lambda r: order_key(*r)) == (3, 2)
+    assert max([(None, 1), (None, 2)], key=lambda r: order_key(*r)) == (None, 2)
+    assert max([(None, 9), (-5, 1)], key=lambda r: order_key(*r)) == (-5, 1)
