@@ -5,11 +5,18 @@ a request's head is complete, so a client that opens connections and trickles he
 forever and, once the bound is reached, lock every other client out. `guarded_h11` adds that timer: a
 connection whose request head is not complete `header_timeout` seconds after it opened (or after its previous
 response) is closed. Bodies are bounded where they are read (stream load: idle and total deadlines).
+
+Every connection sends without Nagle's delay (`TCP_NODELAY`). asyncio sets it only on sockets whose protocol
+number is TCP's, and the listening sockets `python -m app` hands uvicorn are made with protocol 0: a reply's
+head and body went out as two segments, the body held back until the client acknowledged the head, which a
+client on a kept-alive connection delays by 40 ms (Linux's delayed ACK). Every reply on a reused connection
+took 40 ms more than its work: a one-row load, an async group-commit acknowledgement, a health probe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -26,6 +33,7 @@ class GuardedH11Protocol(H11Protocol):
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._arm_head_timer()
 
@@ -49,6 +57,16 @@ class GuardedH11Protocol(H11Protocol):
         waiting_for_head = cycle is None or cycle.response_complete
         if waiting_for_head and not self.transport.is_closing():
             self.transport.close()
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP connection's socket (a no-op on other sockets)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # the peer is already gone: the connection closes on its own
+            pass
 
 
 def guarded_h11(header_timeout: float) -> type[GuardedH11Protocol]:
