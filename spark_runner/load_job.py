@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, prepared, small_rowset
+from spark_runner.arrow_frames import arrow_frame
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -183,7 +184,7 @@ def inline_fields(
         for name in split.column_names
     ]
     table = split.add_column(0, POS, pos)
-    inline = spark.createDataFrame(table, schema=T.StructType(fields))
+    inline = arrow_frame(spark, table, T.StructType(fields))
     source = prepared.mark_leaf(_split_fields_source(inline, dialect, POS), inline)
     return small_rowset.mark_small(source, rows=split.num_rows)
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from spark_runner.columns import context_cache
 from spark_runner.planning import LoadPlan
@@ -40,7 +41,8 @@ from spark_runner.planning import LoadPlan
 MAX_PLANS = 256
 LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
 _ATTR = "_sl_prepared"
-_LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation alone
+_LEAF = "_sl_leaf"
+_MEMBERS = "_sl_prepared_members"  # on a small source: the DataFrame of its in-memory relation alone
 _LOCK = threading.Lock()
 # fields of a request that change no step of its job (the transaction's and the reply's)
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
@@ -57,6 +59,7 @@ Tree = tuple[Any, tuple["Tree", ...]] | tuple[str, Any]
 class Prepared:
     tree: Tree  # the analyzed plan, its leaves by role
     name: str  # the suffix of its `CollectMetrics` nodes' names (the first build's)
+    schema: StructType  # its output's (the JVM is not asked again for each load)
 
 
 def mark_leaf(source: DataFrame, leaf: DataFrame) -> DataFrame:
@@ -127,7 +130,7 @@ def remember(key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[st
     with _LOCK:
         if len(plans) >= MAX_PLANS:
             plans.clear()
-        plans[key] = Prepared(tree, name)
+        plans[key] = Prepared(tree, name, out.schema)
 
 
 def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFrame]) -> tuple[DataFrame, str] | None:
@@ -138,22 +141,39 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFr
     if found is None:
         return None
     relations = {role: frame._jdf.queryExecution().analyzed() for role, frame in leaves.items()}
-    local = _java(spark, LOCAL_RELATION)
-    converters, lists = _java(spark, "scala.jdk.javaapi.CollectionConverters"), _java(spark, "java.util.List")
+    local, list_of, to_seq, of_rows = _members(spark)
 
     def build(tree: Tree) -> Any:
         head, rest = tree
         if isinstance(head, str):
             rows = relations[head]
             node = local(rest, rows.data(), rows.isStreaming(), rows.stream())
-        else:
-            children = [build(child) for child in rest]
-            node = head.withNewChildren(converters.asScala(lists.of(*children)).toSeq())
-        node.setAnalyzed()
-        return node
+            node.setAnalyzed()
+            return node
+        # a copy of an analyzed node is analyzed: only the new leaves need marking (and the root, below)
+        return head.withNewChildren(to_seq(list_of(*[build(child) for child in rest])))
 
-    dataset = _java(spark, "org.apache.spark.sql.classic.Dataset").ofRows(spark._jsparkSession, build(found.tree))
-    return DataFrame(dataset, spark), found.name
+    root = build(found.tree)
+    root.setAnalyzed()  # a no-op, unless a copy came out unmarked: then it marks the whole tree
+    dataset = of_rows(spark._jsparkSession, root)
+    frame = DataFrame(dataset, spark)
+    frame._schema = found.schema
+    return frame, found.name
+
+
+def _members(spark: SparkSession) -> tuple[Any, Any, Any, Any]:
+    """The JVM's `LocalRelation` class and the static methods `reuse` calls (`java.util.List.of`,
+    `PythonUtils.toSeq`, `Dataset.ofRows`), looked up once per JVM: py4j asks the JVM about a static method each
+    time it is named (a round trip of its own before the call's)."""
+    cache = context_cache(_MEMBERS)
+    found = cache.get(()) if cache is not None else None
+    if found is None:
+        python_utils = _java(spark, "org.apache.spark.api.python.PythonUtils")
+        dataset = _java(spark, "org.apache.spark.sql.classic.Dataset")
+        found = (_java(spark, LOCAL_RELATION), _java(spark, "java.util.List").of, python_utils.toSeq, dataset.ofRows)
+        if cache is not None:
+            cache[()] = found
+    return found
 
 
 def _java(spark: SparkSession, name: str) -> Any:

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from spark_runner.arrow_frames import arrow_frame
 from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
@@ -75,7 +76,7 @@ def read_rowsets(
     files = handle.data_files() if files is None else files
     extra = [f"CAST(NULL AS STRING) AS {FILE}", f"CAST(NULL AS BIGINT) AS {ROW}"] if positions else []
     if not files:  # an empty in-memory relation (not an empty RDD): Spark's optimizer drops the joins it meets
-        empty = spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
+        empty = arrow_frame(spark, to_arrow_schema(schema).empty_table(), schema)
         return _mark_keyed(empty.selectExpr("*", *extra) if positions else empty, empty if only is not None else None)
     keep = DELETE_SIGN if tombstones and handle.definition.delete_sign else None
     if only is not None and only.columns is not None and handle.definition.delete_predicates:
@@ -255,7 +256,8 @@ def _positions_frame(spark: SparkSession, by_file: Mapping[str, frozenset[int]])
     paths = [path for path, rows in by_file.items() for _ in rows]
     rows = [row for positions in by_file.values() for row in positions]
     table = pa.table({FILE: pa.array(paths, pa.string()), ROW: pa.array(rows, pa.int64())})
-    return spark.createDataFrame(table, schema=f"{FILE} STRING, {ROW} BIGINT")
+    schema = T.StructType([T.StructField(FILE, T.StringType()), T.StructField(ROW, T.LongType())])
+    return arrow_frame(spark, table, schema)
 
 
 Stamp = tuple[int, int, int]
@@ -331,7 +333,7 @@ def _relation(
     )
     # one record batch: pyspark dropped the rows after an empty batch (a rowset that kept no row)
     combined = pa.concat_tables(parts).combine_chunks() if parts else to_arrow_schema(full).empty_table()
-    return combined, spark.createDataFrame(combined, schema=full)
+    return combined, arrow_frame(spark, combined, full)
 
 
 def _exact_rows(

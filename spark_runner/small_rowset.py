@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
+from spark_runner.arrow_frames import collect_arrow
 from tables.model import VERSION_COL
 from tables.partitions import PARTITION_COL
 from tables.warehouse import Location, arrow_path, child_of, make_dirs
@@ -65,7 +66,7 @@ def write_collected(
     import pyarrow.parquet as pq
 
     spark_fields = {f.name: f for f in out.schema.fields}
-    rows = out.toArrow()
+    rows = collect_arrow(out)
     positions: pa.Table | None = None
     if decision:
         wins, stored_file, stored_pos = decision

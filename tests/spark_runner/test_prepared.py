@@ -134,3 +134,39 @@ def test_merge_on_write_loads_reuse_their_plan_with_the_stored_rows_of_their_own
     ]
     refused = doris.stream_load(db, "m", "71,x\n", {**SEQ, **partial, "partial_update_new_key_behavior": "ERROR"})
     assert refused.json()["Status"] == "Fail" and "key=[71]" in refused.json()["Message"]
+
+
+def test_a_reused_plan_is_rebuilt_in_three_round_trips_a_node(spark: Any) -> None:
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from spark_runner.arrow_frames import arrow_frame
+    from tests.spark_runner.test_columns import round_trips
+
+    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
+
+    def leaf(keys: list[int]) -> Any:
+        return arrow_frame(spark, pa.table({"k": keys, "v": [f"v{k}" for k in keys]}), schema)
+
+    def chain(source: Any) -> Any:
+        out = source.selectExpr("k * 2 AS k2", "upper(v) AS v").where("k2 > 2").selectExpr("k2 + 1 AS k3", "v")
+        return out.where("k3 < 100").selectExpr("concat(v, k3) AS s", "k3")
+
+    first = leaf([1, 2, 3])
+    key = ("test_reuse_round_trips", str(first.schema))
+    prepared.remember(key, chain(first), "t", {prepared.LOAD: first})
+    tree = prepared._plans()[key].tree  # type: ignore[index]
+
+    def nodes(t: Any) -> int:
+        return 1 if isinstance(t[0], str) else 1 + sum(nodes(c) for c in t[1])
+
+    second = leaf([4, 40, 60])
+    second.schema  # noqa: B018  (the leaf's schema, asked before counting)
+    prepared.reuse(spark, key, {prepared.LOAD: second})  # the JVM's methods are looked up once per JVM
+    with round_trips(spark) as sent:
+        found = prepared.reuse(spark, key, {prepared.LOAD: second})
+    assert found is not None
+    assert sorted(found[0].collect()) == [("V4081", 81), ("V49", 9)]
+    assert found[0].schema.names == ["s", "k3"]
+    # per inner node: the list of its children, as a Scala Seq, and the copy; the leaf: its rows and a new relation
+    assert sent[0] <= 3 * nodes(tree) + 6, (sent[0], nodes(tree))

@@ -1,0 +1,123 @@
+"""Small Arrow tables into Spark and back with few JVM round trips.
+
+A small Arrow table becomes a Spark DataFrame in two JVM round trips (PySpark's `createDataFrame` takes 38).
+
+`SparkSession.createDataFrame(pyarrow.Table, schema)` takes 38 Py4J round trips for a table of a few rows: eight
+settings read through a Java list built and read one element per call, the schema checked and converted, the
+encryption setting asked. A small load makes one or two such relations (its split lines, the stored rows of its
+keys), and each round trip waits for the JVM and then for the GIL: ~10 ms of a one-row load in an idle server,
+more under concurrent loads. `arrow_frame` does what PySpark does for an unencrypted local session (the table cast
+to the schema's Arrow types, written as an Arrow stream to a file in the context's temp folder, read there and
+made a DataFrame by `PythonSQLUtils`) with the settings at Spark's defaults, and leaves the rest to PySpark: a
+schema with a timestamp (PySpark localizes those to the session's time zone first) or a context with IO
+encryption (the rows then go through a socket).
+
+A small DataFrame's rows come back (`collect_arrow`) as `DataFrame.toArrow` brings them, without what it does
+besides: two settings read through a Java list, the schema asked of the JVM again, and the call site set in the
+JVM before and cleared after, found by walking the Python stack and reading the source line of every frame.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from typing import Any
+
+import pyarrow as pa
+from py4j.java_gateway import JavaClass
+from pyspark import SparkContext
+from pyspark.errors.exceptions.captured import unwrap_spark_exception
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.serializers import ArrowCollectSerializer, ArrowStreamSerializer
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.util import _load_from_socket
+
+from spark_runner.columns import context_cache
+
+BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default: one partition per batch
+_UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
+_ATTR = "_sl_arrow_frames"
+_SCHEMAS: dict[str, tuple[pa.Schema, bool]] = {}  # schema JSON -> (Arrow schema, has a timestamp)
+_LOCK = threading.Lock()
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table, schema: T.StructType) -> DataFrame:
+    """`table` as a DataFrame of `schema` (as `spark.createDataFrame(table, schema=schema)` makes it)."""
+    context = spark.sparkContext
+    text = schema.json()
+    arrow_schema, timestamps = _arrow_schema(schema, text)
+    if timestamps or context._encryption_enabled:
+        return spark.createDataFrame(table, schema=schema)
+    batches = table.cast(arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+    batches = [batch for batch in batches if batch.num_rows] or batches[:1]  # Spark's reader stops at an empty one
+    with tempfile.NamedTemporaryFile(delete=False, dir=context._temp_dir) as out:
+        path = out.name
+        ArrowStreamSerializer().dump_stream(batches, out)
+    try:
+        read, to_frame = _members()
+        jdf = to_frame(read(path), text, spark._jsparkSession)
+    finally:
+        os.unlink(path)
+    frame = DataFrame(jdf, spark)
+    frame._schema = schema
+    return frame
+
+
+def collect_arrow(frame: DataFrame) -> pa.Table:
+    """The rows of `frame` (its one action), as `frame.toArrow()` returns them, with settings at their defaults.
+
+    Raises:
+        Exception: the action's failure, as PySpark raises it.
+    """
+    arrow_schema, _ = _arrow_schema(frame.schema, frame.schema.json())
+    port, secret, server = frame._jdf.collectAsArrowToPython()
+    try:
+        with _load_from_socket((port, secret), ArrowCollectSerializer()) as stream:
+            batches = list(stream)
+    finally:
+        with unwrap_spark_exception():
+            server.getResult()  # the action's own failure, if any
+    if not batches:
+        return arrow_schema.empty_table()
+    return pa.Table.from_batches(batches).cast(arrow_schema)
+
+
+def _members() -> tuple[Any, Any]:
+    """`PythonSQLUtils`' two methods, looked up once per JVM (each lookup is a round trip of its own)."""
+    cache = context_cache(_ATTR)
+    found = cache.get(()) if cache is not None else None
+    if found is None:
+        context = SparkContext._active_spark_context
+        assert context is not None, "a frame is made in a running SparkContext"
+        utils: Any = JavaClass(_UTILS, context._gateway._gateway_client)  # type: ignore[union-attr]
+        found = (utils.readArrowStreamFromFile, utils.toDataFrame)
+        if cache is not None:
+            cache[()] = found
+    return found
+
+
+def _arrow_schema(schema: T.StructType, text: str) -> tuple[pa.Schema, bool]:
+    found = _SCHEMAS.get(text)
+    if found is None:
+        stamps = any(_has_timestamp(field.dataType) for field in schema.fields)
+        arrow = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
+        found = (arrow, stamps)
+        with _LOCK:
+            if len(_SCHEMAS) > 1024:
+                _SCHEMAS.clear()
+            _SCHEMAS[text] = found
+    return found
+
+
+def _has_timestamp(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
+        return True
+    if isinstance(data_type, T.StructType):
+        return any(_has_timestamp(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, T.ArrayType):
+        return _has_timestamp(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return _has_timestamp(data_type.keyType) or _has_timestamp(data_type.valueType)
+    return False
