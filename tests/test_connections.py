@@ -1,11 +1,18 @@
-"""HTTP connections as the server's uvicorn accepts them (the request-head deadline and the connection bound are
-tested on `python -m app` itself: tests/test_server_process.py)."""
+"""HTTP connections and requests as the server's uvicorn and FastAPI handle them (the request-head deadline and the
+connection bound are tested on `python -m app` itself: tests/test_server_process.py)."""
 
 from __future__ import annotations
 
 import http.client
 import time
+from typing import Any
 from urllib.parse import urlsplit
+
+import anyio.to_thread
+import httpx
+import pytest
+
+from tests.helpers import AUTH
 
 
 def test_replies_on_a_kept_alive_connection_are_not_held_back_by_delayed_acks(base_url: str) -> None:
@@ -26,3 +33,21 @@ def test_replies_on_a_kept_alive_connection_are_not_held_back_by_delayed_acks(ba
     finally:
         conn.close()
     assert min(took[1:]) < 0.035, f"every reply on the reused connection took 40 ms or more: {took}"
+
+
+def test_a_request_reaches_the_servers_services_without_a_worker_thread(
+    base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FastAPI runs a plain `def` dependency in the thread pool: the services every handler asks for cost each
+    # request a thread hop, and under concurrent loads a wait for the GIL on the way back (~5-15 ms each)
+    hops: list[str] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(func, "__name__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    resp = httpx.get(f"{base_url}/api/backends", auth=AUTH, timeout=30)
+    assert resp.status_code == 200 and resp.json()["data"]["backends"], resp.text
+    assert hops == [], hops
