@@ -41,8 +41,8 @@ from spark_runner.planning import LoadPlan
 MAX_PLANS = 256
 LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
 _ATTR = "_sl_prepared"
-_LEAF = "_sl_leaf"
-_MEMBERS = "_sl_prepared_members"  # on a small source: the DataFrame of its in-memory relation alone
+_LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation alone
+_MEMBERS = "_sl_prepared_members"  # the JVM's class and methods `reuse` calls (`_members`), per JVM
 _LOCK = threading.Lock()
 # fields of a request that change no step of its job (the transaction's and the reply's)
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
