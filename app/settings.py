@@ -139,9 +139,9 @@ class Settings(BaseSettings):
     warm_up_seconds: float = Field(
         20.0,
         ge=0,
-        description="At start, warm the JVM for up to this many seconds with private loads (one bulk load, then "
-        "one-row loads) in a scratch catalog of its own, so that the first user loads run as fast as a warm "
-        "server's; it stops at the first user load. 0: no warm-up.",
+        description="At start, warm the JVM with private loads in a scratch catalog of its own (one bulk load, then "
+        "for this many seconds one-row loads and sync group commits), so that the first user loads run as fast as a "
+        "warm server's; it stops at the first user load. 0: no warm-up.",
     )
     group_commit_interval_ms: float = Field(
         100.0,
