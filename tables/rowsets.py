@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from pyiceberg import manifest as pyiceberg_manifest
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import ValidationError
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
+from pyiceberg.table import snapshots as pyiceberg_snapshots
 from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, StringType
 
@@ -187,6 +190,38 @@ def manifest_entries(table: Table, manifest: ManifestFile) -> tuple[ManifestEntr
     entries = tuple(manifest.fetch_manifest_entry(table.io, discard_deleted=True))
     _ENTRIES.put(path, entries)
     return entries
+
+
+def _list_bytes(manifests: tuple[ManifestFile, ...]) -> int:
+    """What a manifest list's parsed entries keep alive (a `ManifestFile` with its partition summaries: ~1 KB)."""
+    return 512 + 1024 * len(manifests)
+
+
+MANIFEST_LIST_CACHE_BYTES = 8 << 20  # manifest lists kept parsed (a manifest list never changes once written)
+
+
+def _no_list(path: str) -> tuple[ManifestFile, ...]:
+    raise AssertionError("manifest lists are kept with put")
+
+
+_LISTS = SizedCache(_no_list, max_bytes=MANIFEST_LIST_CACHE_BYTES, cost=_list_bytes)
+_read_manifest_list = pyiceberg_manifest._manifests  # what `Snapshot.manifests` calls, through its module's name
+
+
+def cached_manifest_list(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+    """A snapshot's manifests, its manifest list read once per process: every `Snapshot.manifests` call comes here
+    (`pyiceberg.table.snapshots._manifests` is this). pyiceberg 0.12 reads the list again on every call, and a
+    small load asked three times for one snapshot's (its lookup, its commit's re-check, the append that names its
+    parent's manifests): ~4 ms each on 2 cores, most of it opening the Avro file, however short the list."""
+    cached = _LISTS.get(manifest_list)
+    if cached is not None:
+        return cached
+    manifests = _read_manifest_list(io, manifest_list)  # a failure is raised, and not kept
+    _LISTS.put(manifest_list, manifests)
+    return manifests
+
+
+pyiceberg_snapshots._manifests = cached_manifest_list  # type: ignore[attr-defined]
 
 
 def data_manifests(table: Table) -> list[ManifestFile]:
