@@ -25,8 +25,6 @@ import threading
 from typing import Any
 
 import pyarrow as pa
-from py4j.java_gateway import JavaClass
-from pyspark import SparkContext
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -34,7 +32,7 @@ from pyspark.sql.pandas.serializers import ArrowCollectSerializer, ArrowStreamSe
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.util import _load_from_socket
 
-from spark_runner.columns import context_cache
+from spark_runner.columns import java_class, per_jvm
 
 BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default: one partition per batch
 _UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
@@ -85,16 +83,13 @@ def collect_arrow(frame: DataFrame) -> pa.Table:
 
 
 def _members() -> tuple[Any, Any]:
-    """`PythonSQLUtils`' two methods, looked up once per JVM (each lookup is a round trip of its own)."""
-    cache = context_cache(_ATTR)
-    found = cache.get(()) if cache is not None else None
-    if found is None:
-        context = SparkContext._active_spark_context
-        assert context is not None, "a frame is made in a running SparkContext"
-        utils: Any = JavaClass(_UTILS, context._gateway._gateway_client)  # type: ignore[union-attr]
-        found = (utils.readArrowStreamFromFile, utils.toDataFrame)
-        if cache is not None:
-            cache[()] = found
+    """`PythonSQLUtils`' two methods, looked up once per JVM."""
+
+    def lookup() -> tuple[Any, Any]:
+        utils = java_class(_UTILS)
+        return utils.readArrowStreamFromFile, utils.toDataFrame
+
+    found: tuple[Any, Any] = per_jvm(_ATTR, lookup)
     return found
 
 

@@ -31,11 +31,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from spark_runner.columns import context_cache
+from spark_runner.columns import context_cache, java_class, per_jvm
 from spark_runner.planning import LoadPlan
 
 MAX_PLANS = 256
@@ -141,7 +140,7 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFr
     if found is None:
         return None
     relations = {role: frame._jdf.queryExecution().analyzed() for role, frame in leaves.items()}
-    local, list_of, to_seq, of_rows = _members(spark)
+    local, list_of, to_seq, of_rows = _members()
 
     def build(tree: Tree) -> Any:
         head, rest = tree
@@ -161,27 +160,17 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFr
     return frame, found.name
 
 
-def _members(spark: SparkSession) -> tuple[Any, Any, Any, Any]:
+def _members() -> tuple[Any, Any, Any, Any]:
     """The JVM's `LocalRelation` class and the static methods `reuse` calls (`java.util.List.of`,
-    `PythonUtils.toSeq`, `Dataset.ofRows`), looked up once per JVM: py4j asks the JVM about a static method each
-    time it is named (a round trip of its own before the call's)."""
-    cache = context_cache(_MEMBERS)
-    found = cache.get(()) if cache is not None else None
-    if found is None:
-        python_utils = _java(spark, "org.apache.spark.api.python.PythonUtils")
-        dataset = _java(spark, "org.apache.spark.sql.classic.Dataset")
-        found = (_java(spark, LOCAL_RELATION), _java(spark, "java.util.List").of, python_utils.toSeq, dataset.ofRows)
-        if cache is not None:
-            cache[()] = found
+    `PythonUtils.toSeq`, `Dataset.ofRows`), looked up once per JVM."""
+
+    def lookup() -> tuple[Any, Any, Any, Any]:
+        python_utils = java_class("org.apache.spark.api.python.PythonUtils")
+        dataset = java_class("org.apache.spark.sql.classic.Dataset")
+        return java_class(LOCAL_RELATION), java_class("java.util.List").of, python_utils.toSeq, dataset.ofRows
+
+    found: tuple[Any, Any, Any, Any] = per_jvm(_MEMBERS, lookup)
     return found
-
-
-def _java(spark: SparkSession, name: str) -> Any:
-    """The JVM class `name`, named in full: py4j's `jvm.org.apache...` asks the JVM about every prefix (`org`,
-    `org.apache`, ...), and each is a class lookup that fails after searching every jar on the class path (18%
-    of a warm one-row load's JVM samples)."""
-    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    return JavaClass(name, client)
 
 
 def observed(out: DataFrame, name: str) -> dict[str, Any]:
