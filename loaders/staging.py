@@ -95,8 +95,23 @@ async def timed_chunks(
 
 @dataclass(frozen=True)
 class StagedPayload:
+    """A received body: the file at `path`, or, for a small body kept in memory (`stage_payload`'s
+    `in_memory`), `data` itself, with nothing at `path` until `materialize` writes it there."""
+
     path: Path
     size: int
+    data: bytes | None = None
+
+    def materialize(self) -> StagedPayload:
+        """The payload as a file at `path` (written now when it was kept in memory)."""
+        if self.data is None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_bytes(self.data)
+        return StagedPayload(path=self.path, size=self.size)
+
+
+IN_MEMORY_BYTES = 16 * 1024  # a grouped load's body up to this size is kept in memory, never a file of its own
 
 
 async def stage_payload(
@@ -108,37 +123,51 @@ async def stage_payload(
     too_large: Callable[[int, int | None], str] | None = None,
     lines: LineGuard | None = None,
     written: Callable[[int], None] | None = None,
+    in_memory: bool = False,
 ) -> StagedPayload:
     """Write the body to `path` chunk by chunk; `lines` checks the line lengths of a plain body; `written` is told
-    how many bytes are in the file (flushed) after each chunk.
+    how many bytes are in the file (flushed) after each chunk. `in_memory`: keep the body as bytes and create no
+    file (a small grouped body: a file created and removed per load costs more than the load's own work on a busy
+    server; `StagedPayload.data`).
 
     Raises:
         BadRequest: the body is larger than `max_bytes` (`too_large` words it), shorter than its
         Content-Length, or has a line longer than `lines` allows.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    kept: list[bytes] | None = [] if in_memory else None
     size = 0
-    try:
-        with open(path, "wb") as out:
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise BadRequest((too_large or body_too_large)(max_bytes, None), code="EXCEEDED_LIMIT")
-                if lines is not None:
-                    lines.feed(chunk)
-                out.write(chunk)
-                if written is not None:
-                    out.flush()
-                    written(size)
-            # no fsync: a staged body only feeds its own job; what a load acknowledges is durable through
-            # its rowset files and commit (an async group-commit load fsyncs its write-ahead copy)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
+
+    def take(chunk: bytes) -> None:
+        nonlocal size
+        size += len(chunk)
+        if size > max_bytes:
+            raise BadRequest((too_large or body_too_large)(max_bytes, None), code="EXCEEDED_LIMIT")
+        if lines is not None:
+            lines.feed(chunk)
+
+    if kept is not None:
+        async for chunk in chunks:
+            take(chunk)
+            kept.append(chunk)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path, "wb") as out:
+                async for chunk in chunks:
+                    take(chunk)
+                    out.write(chunk)
+                    if written is not None:
+                        out.flush()
+                        written(size)
+                # no fsync: a staged body only feeds its own job; what a load acknowledges is durable through
+                # its rowset files and commit (an async group-commit load fsyncs its write-ahead copy)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
     if expected is not None and size != expected:
         path.unlink(missing_ok=True)
         raise BadRequest("receive body don't equal with body bytes")
-    return StagedPayload(path=path, size=size)
+    return StagedPayload(path=path, size=size, data=b"".join(kept) if kept is not None else None)
 
 
 CHUNK = 1 << 20
@@ -351,10 +380,13 @@ async def receive_body(
     limits: BodyLimits,
     first_chunk: Callable[[], Awaitable[None]] | None = None,
     written: Callable[[int], None] | None = None,
+    in_memory: bool = False,
 ) -> StagedPayload:
     """Stage a stream-load body at `path` under every bound of `limits`, then decompress it (in a thread);
     `started` is when the load began (its `timeout` counts from there), `first_chunk` is awaited once the
-    first chunk has arrived, `written` follows the staged file as it grows (`stage_payload`).
+    first chunk has arrived, `written` follows the staged file as it grows (`stage_payload`). `in_memory`: a
+    body of at most `IN_MEMORY_BYTES` (announced by its Content-Length) that needs no decompression is kept in
+    memory (`StagedPayload.data`).
 
     Raises:
         LoadError: the body broke a bound, is not what its headers say, or stopped arriving (a client that
@@ -377,8 +409,16 @@ async def receive_body(
             body(), idle_seconds=limits.body_idle_timeout_seconds, deadline=deadline, deadline_text=too_slow
         )
         plain_lines = lines if load.compression is None else None  # else checked as it decompresses
+        small = in_memory and load.compression is None and expected is not None and expected <= IN_MEMORY_BYTES
         staged = await stage_payload(
-            timed, path, max_bytes=max_bytes, expected=expected, too_large=too_large, lines=plain_lines, written=written
+            timed,
+            path,
+            max_bytes=max_bytes,
+            expected=expected,
+            too_large=too_large,
+            lines=plain_lines,
+            written=written,
+            in_memory=small,
         )
     except LoadError:
         raise

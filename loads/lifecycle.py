@@ -6,6 +6,7 @@
     holding(prepared) ── any exception: the transaction aborts (its label is free again);
         │                whatever happens: the staged body is removed
         │ body staged and decompressed under its bounds                  loaders.staging.receive_body
+        │ (a small grouped body is kept in memory: no file)
         ▼
     group commit or a plain run, decided here once                      group_mode
         │ GroupCommitter.run  /  LoadService.run_staged (the writer commits or aborts)
@@ -129,6 +130,7 @@ class StreamLoads:
                 limits=self.limits,
                 first_chunk=lambda: pauses.ahit("staging", table),
                 written=growing.grew if growing is not None else None,
+                in_memory=grouped,  # a small grouped body never becomes a file of its own
             )
             whole = True
             return staged
@@ -149,5 +151,8 @@ class StreamLoads:
         once its group has committed returns its future (`GroupCommitter.run`)."""
         mode = self._mode(prepared, staged.size)
         if mode is not None and self.group_commit is not None:
-            return self.group_commit.run(prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms)
+            return self.group_commit.run(
+                prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms, data=staged.data
+            )
+        staged = staged.materialize()
         return self.service.run_staged(prepared, staged.path, load_bytes=staged.size, receive_ms=receive_ms)

@@ -23,6 +23,7 @@ Over a network the body takes longer to come than to split: at 100 MB/s, 171 MB 
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from collections import deque
@@ -87,10 +88,14 @@ def _as_array(data: bytes) -> pa.Array:
 
 
 def body_lines(
-    path: Path, dialect: CsvDialect, *, segment_bytes: int | None = None, growing: GrowingBody | None = None
+    path: Path | bytes,
+    dialect: CsvDialect,
+    *,
+    segment_bytes: int | None = None,
+    growing: GrowingBody | None = None,
 ) -> Iterator[pa.Array]:
-    """The body's lines as strings, about `segment_bytes` at a time, after `skip_lines` lines; `growing`: read
-    the body as it is received.
+    """The body's lines as strings, about `segment_bytes` at a time, after `skip_lines` lines; `path` is the
+    staged file, or the body itself when it was kept in memory; `growing`: read the body as it is received.
 
     Raises:
         GeneralPath: a byte-order mark, bytes that are not UTF-8, a body that was not received whole.
@@ -102,7 +107,11 @@ def body_lines(
     delimiter = dialect.line_delimiter.encode()
     to_skip = dialect.skip_lines
     carry = b""  # the line the last segment ended inside
-    opened: _Body = open(path, "rb") if growing is None else growing.reader()  # noqa: SIM115 (closed below)
+    opened: _Body
+    if isinstance(path, bytes):
+        opened = io.BytesIO(path)
+    else:
+        opened = open(path, "rb") if growing is None else growing.reader()  # noqa: SIM115 (closed below)
     with closing(opened) as body:
         head = body.read(segment_bytes)
         if head.startswith(BOM):

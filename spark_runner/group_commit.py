@@ -314,13 +314,18 @@ def _table_key(prepared: PreparedLoad) -> tuple[str, str]:
 @dataclass
 class _Member:
     prepared: PreparedLoad
-    path: Path  # the payload, hard-linked where the group reads it
+    path: Path  # the payload, hard-linked where the group reads it (nothing there while `data` holds it)
     load_bytes: int
     receive_ms: int
     future: Future[LoadResult] = field(default_factory=Future)
     index: int = -1  # position in its group
     acknowledged: bool = False  # async: answered Success, its WAL entry is owed until it commits
     attempts: int = 0  # failed group jobs so far
+    data: bytes | None = None  # the payload itself, when the body was small enough to be kept in memory
+
+    def payload(self) -> Path | bytes:
+        """Where the group reads the payload from: its bytes when kept in memory, else its file."""
+        return self.data if self.data is not None else self.path
 
 
 class _Worker:
@@ -465,13 +470,23 @@ class GroupCommitter:
 
     # -- entry point ----------------------------------------------------------------------
     def run(
-        self, prepared: PreparedLoad, path: Path, mode: str, *, load_bytes: int, receive_ms: int = 0
+        self,
+        prepared: PreparedLoad,
+        path: Path,
+        mode: str,
+        *,
+        load_bytes: int,
+        receive_ms: int = 0,
+        data: bytes | None = None,
     ) -> LoadResult | Future[LoadResult]:
         """Run a staged stream load in a group (`mode` is its `group_mode`, decided by the caller): async
         answers once its payload is durable in wal/ (its result); a sync load, and an async one past the WAL's
         bounds (`WalBacklog`), is answered once its group has committed: its result is the future returned,
         which the caller awaits without holding a thread (a thread per waiting load capped a group at the
-        app's thread pool, 40 loads, and every other load's planning waited for one of those threads)."""
+        app's thread pool, 40 loads, and every other load's planning waited for one of those threads).
+
+        `data`: the payload kept in memory (a small body, `loaders.staging.IN_MEMORY_BYTES`): nothing is at
+        `path`, and the load makes no file at all unless its group is read by a Spark scan."""
         if mode == "async_mode":
             txn = self.loads.txns.get(prepared.txn_id)
             if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
@@ -479,16 +494,17 @@ class GroupCommitter:
                 return self._result(_Member(prepared, path, load_bytes, receive_ms), error=error)
             if self.backlog.admit(_table_key(prepared), prepared.txn_id, load_bytes):
                 try:
-                    wal = self._write_wal(prepared, path, load_bytes)
+                    wal, payload = self._write_wal(prepared, path, load_bytes, data)
                 except BaseException:
                     self.backlog.release(prepared.txn_id)
                     raise
-                self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True))
-                rows = _count_rows(wal, prepared.request)
+                self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True, data=data))
+                rows = _count_rows(payload, prepared.request)
                 return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
         linked = self.group_dir / f"txn_{prepared.txn_id}.dat"
-        os.link(path, linked)
-        member = _Member(prepared, linked, load_bytes, receive_ms)
+        if data is None:
+            os.link(path, linked)
+        member = _Member(prepared, linked, load_bytes, receive_ms, data=data)
         self._submit(member)
         return member.future
 
@@ -527,28 +543,42 @@ class GroupCommitter:
                     worker.items.put(member)
 
     # -- write-ahead files ----------------------------------------------------------------
-    def _write_wal(self, prepared: PreparedLoad, path: Path, load_bytes: int) -> Path:
+    def _write_wal(
+        self, prepared: PreparedLoad, path: Path, load_bytes: int, data: bytes | None = None
+    ) -> tuple[Path, bytes]:
         """The payload and its request, durable before the load is acknowledged: a small payload as a record of
         the log (`WalLog`, its fsync shared with concurrent loads), a large one as files of its own. Returns the
-        payload's file in wal/, which the group reads."""
+        payload's file in wal/, which the group reads (none for a payload kept in memory, `data`), and the
+        payload."""
         wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
-        os.link(path, wal)
         meta = _wal_meta(prepared.request, load_bytes)
+        if data is not None and len(data) <= WalLog.MAX_PAYLOAD:
+            try:
+                self.log.append(prepared.txn_id, meta, data)
+            except BaseException:  # not acknowledged: not owed (a record that did reach the disk is replayed)
+                self.log.release(prepared.txn_id)
+                raise
+            return wal, data
+        if data is not None:
+            wal.write_bytes(data)
+        else:
+            os.link(path, wal)
+        payload = wal.read_bytes()
         if load_bytes <= WalLog.MAX_PAYLOAD:
             try:
-                self.log.append(prepared.txn_id, meta, wal.read_bytes())
+                self.log.append(prepared.txn_id, meta, payload)
             except BaseException:  # not acknowledged: not owed (a record that did reach the disk is replayed)
                 self.log.release(prepared.txn_id)
                 wal.unlink(missing_ok=True)
                 raise
-            return wal
+            return wal, payload
         tmp = self.wal_dir / f"txn_{prepared.txn_id}.tmp"
         tmp.write_bytes(meta)
         for name in (wal, tmp):
             _fsync(name)
         os.replace(tmp, tmp.with_suffix(".json"))
         _fsync(self.wal_dir)
-        return wal
+        return wal, payload
 
     def _restore_wal(self, txn_id: int, meta: bytes, payload: bytes) -> bool:
         """A record of the log still owed written back as the files the replay reads (the log stays the durable
@@ -567,7 +597,14 @@ class GroupCommitter:
         self.log.release(txn_id)
         self.backlog.release(txn_id)
 
-    def _park_wal(self, txn_id: int, attempts: int, request: LoadRequest | None = None, load_bytes: int = 0) -> None:
+    def _park_wal(
+        self,
+        txn_id: int,
+        attempts: int,
+        request: LoadRequest | None = None,
+        load_bytes: int = 0,
+        data: bytes | None = None,
+    ) -> None:
         """Give up on an async load after `retry_num` failed replays: its WAL entry is kept in wal/tmp/ for
         an operator (Doris's BE renames it to its tmp dir the same way), the load aborted."""
         parked = self.wal_dir / "tmp"
@@ -576,6 +613,8 @@ class GroupCommitter:
             source = self.wal_dir / f"txn_{txn_id}{suffix}"
             if source.exists():
                 os.replace(source, parked / source.name)
+        if data is not None and not (parked / f"txn_{txn_id}.dat").exists():  # a payload kept in memory
+            (parked / f"txn_{txn_id}.dat").write_bytes(data)
         if request is not None and not (parked / f"txn_{txn_id}.json").exists():  # a record of the log
             (parked / f"txn_{txn_id}.json").write_bytes(_wal_meta(request, load_bytes))
         self.log.release(txn_id)
@@ -650,7 +689,9 @@ class GroupCommitter:
         (a payload that breaks its job delays no other load), after a delay that doubles per failure."""
         member.attempts += 1
         if member.attempts > self.retry_num:
-            self._park_wal(member.prepared.txn_id, member.attempts - 1, member.prepared.request, member.load_bytes)
+            self._park_wal(
+                member.prepared.txn_id, member.attempts - 1, member.prepared.request, member.load_bytes, member.data
+            )
             return
         delay = min(self.retry_interval_s * 2 ** (member.attempts - 1), MAX_RETRY_INTERVAL_S)
         txn_id = member.prepared.txn_id
@@ -668,7 +709,9 @@ class GroupCommitter:
         if prepared is None:
             self._drop_wal(member.prepared.txn_id)
             return
-        again = _Member(prepared, member.path, member.load_bytes, 0, acknowledged=True, attempts=member.attempts)
+        again = _Member(
+            prepared, member.path, member.load_bytes, 0, acknowledged=True, attempts=member.attempts, data=member.data
+        )
         try:
             self.commit_group([again])
         except Exception:  # a bug: the WAL entry stays for the next start
@@ -685,10 +728,8 @@ class GroupCommitter:
         group_txn = self.loads.writer.begin(req.db, first.plan.table.name, group_label)
         run.group_txn = group_txn
         directory = self.group_dir / f"group_{group_txn}"
-        directory.mkdir()
         for index, member in enumerate(batch):
             member.index = index
-            os.link(member.path, directory / f"{index:06d}.dat")
         load_bytes = sum(m.load_bytes for m in batch)
         context: SparkContext | None = None
         job_group = f"group_commit_{group_txn}"
@@ -943,9 +984,19 @@ def group_source(spark: SparkSession, directory: Path, batch: list[_Member], fir
     """The group's rows as one source, each row's position prefixed with its load's index (rows ordered by
     (load, line)): CSV bodies small together are split by the server and handed to Spark as one inline Arrow
     relation (no scan at all, and a small rowset is written from the job's result, as a small plain load's);
-    other groups are one Spark scan over the group's directory, the load's index read from each file's name."""
+    other groups are one Spark scan over the group's directory (made here: each payload linked, or written when
+    it was kept in memory), the load's index read from each file's name."""
     inline = _inline_group(spark, batch, first)
-    return inline if inline is not None else _indexed(staged_source(spark, directory, first))
+    if inline is not None:
+        return inline
+    directory.mkdir()
+    for member in batch:
+        file = directory / f"{member.index:06d}.dat"
+        if member.data is not None:
+            file.write_bytes(member.data)
+        else:
+            os.link(member.path, file)
+    return _indexed(staged_source(spark, directory, first))
 
 
 def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad) -> DataFrame | None:
@@ -964,7 +1015,7 @@ def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad
     positions: list[int] = []
     for index, member in enumerate(batch):
         try:
-            lines = list(arrow_csv.body_lines(member.path, dialect))
+            lines = list(arrow_csv.body_lines(member.payload(), dialect))
         except arrow_csv.GeneralPath:
             return None
         count = sum(len(piece) for piece in lines)
@@ -1039,11 +1090,11 @@ def _in(values: list[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _count_rows(path: Path, request: LoadRequest) -> int:
+def _count_rows(payload: bytes, request: LoadRequest) -> int:
     """Rows of an async payload as received (non-empty lines), reported before the job has run."""
     if request.format not in ("csv", "json") or (request.format == "json" and request.strip_outer_array):
         return 0
-    data = path.read_bytes().decode(errors="replace")
+    data = payload.decode(errors="replace")
     lines = [line for line in data.split(request.line_delimiter) if line.strip()]
     return max(0, len(lines) - request.skip_lines)
 
