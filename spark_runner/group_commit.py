@@ -15,6 +15,10 @@
     same Spark action, loads over `max_filter_ratio` dropped and the job rerun without them, one snapshot
     (and one transaction-store write making every member VISIBLE) for the rest.
 
+A small body (`loaders.staging.IN_MEMORY_BYTES`) is held in memory from its receipt to its group's commit, never
+a file of its own (an async one is also its record in the WAL's log); a group's directory is made, its payloads
+written or linked there, only when Spark scans it.
+
 The group has a transaction of its own (label `group_commit_<hex>`, as Doris names it); the snapshot
 lists every member, so start-up recovery finds them. Start-up writes the log's owed records back as wal/ files
 and replays async payloads in wal/ at group speed: every entry is planned first (its table loaded once), then
@@ -88,6 +92,7 @@ REJOIN_SHARE = 0.25  # a group formed right after another waits this share of th
 REJOIN_MIN_S = 0.02  # ... at least this long (a client's turn from its reply to its next load)
 REJOIN_MAX_S = 0.25  # ... and at most this long
 IDLE_EXIT_S = 60.0  # a worker without loads this long ends (its table may be gone); the next load starts another
+IN_MEMORY_BACKLOG_BYTES = 64 * 1024 * 1024  # acknowledged async payloads waiting in memory, over every table
 GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
 GROUP_INLINE_MAX_LINES = 65536  # ... and up to this many lines
 # failures after which an acknowledged async load can never commit: its WAL entry goes
@@ -135,15 +140,24 @@ class WalBacklog:
     Past either bound here the load takes the sync_mode way: it waits for its group, and no error is returned
     (nor Doris's refusal of a body over 80% of the free WAL space, "There is no space for group commit stream
     load async WAL": such a body waits too).
+
+    The payloads of these loads kept in memory (small bodies) are bounded too, by `max_memory_bytes` over every
+    table: past it a payload waits as a file in wal/ (`keep_in_memory`), so many tables' backlogs cannot fill
+    the server's memory.
     """
 
-    def __init__(self, *, max_loads_per_table: int, max_bytes: int) -> None:
+    def __init__(
+        self, *, max_loads_per_table: int, max_bytes: int, max_memory_bytes: int = IN_MEMORY_BACKLOG_BYTES
+    ) -> None:
         self.max_loads_per_table = max_loads_per_table
         self.max_bytes = max_bytes
+        self.max_memory_bytes = max_memory_bytes
         self._lock = threading.Lock()
         self._entries: dict[int, tuple[tuple[str, str], int]] = {}  # txn id -> (table, bytes)
         self._loads: Counter[tuple[str, str]] = Counter()
         self._bytes = 0
+        self._in_memory: dict[int, int] = {}  # txn id -> bytes of its payload kept in memory
+        self._memory = 0
 
     def admit(self, table: tuple[str, str], txn_id: int, load_bytes: int) -> bool:
         """Count a load in when both bounds leave room for it; False when it must wait for its group instead."""
@@ -164,9 +178,20 @@ class WalBacklog:
             self._loads[table] += 1
             self._bytes += load_bytes
 
+    def keep_in_memory(self, txn_id: int, payload_bytes: int) -> bool:
+        """Count an admitted load's payload as kept in memory while it waits, when the memory bound leaves room;
+        False: it must wait as a file."""
+        with self._lock:
+            if txn_id not in self._entries or self._memory + payload_bytes > self.max_memory_bytes:
+                return False
+            self._in_memory[txn_id] = payload_bytes
+            self._memory += payload_bytes
+            return True
+
     def release(self, txn_id: int) -> None:
         """The load's WAL entry is gone (its rows visible, or the load refused or parked); no-op for others."""
         with self._lock:
+            self._memory -= self._in_memory.pop(txn_id, 0)
             entry = self._entries.pop(txn_id, None)
             if entry is not None:
                 table, load_bytes = entry
@@ -174,6 +199,11 @@ class WalBacklog:
                 if not self._loads[table]:
                     del self._loads[table]
                 self._bytes -= load_bytes
+
+    def memory(self) -> int:
+        """Bytes of the waiting loads' payloads kept in memory now."""
+        with self._lock:
+            return self._memory
 
     def size(self) -> tuple[int, int]:
         """(loads, bytes) waiting in the WAL now, over every table."""
@@ -493,6 +523,10 @@ class GroupCommitter:
                 error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
                 return self._result(_Member(prepared, path, load_bytes, receive_ms), error=error)
             if self.backlog.admit(_table_key(prepared), prepared.txn_id, load_bytes):
+                if data is not None and not self.backlog.keep_in_memory(prepared.txn_id, len(data)):
+                    path.parent.mkdir(parents=True, exist_ok=True)  # past the bound of payloads waiting in
+                    path.write_bytes(data)  # memory: staged as a file, as a larger body is
+                    data = None
                 try:
                     wal, payload = self._write_wal(prepared, path, load_bytes, data)
                 except BaseException:
@@ -552,18 +586,9 @@ class GroupCommitter:
         payload."""
         wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
         meta = _wal_meta(prepared.request, load_bytes)
-        if data is not None and len(data) <= WalLog.MAX_PAYLOAD:
-            try:
-                self.log.append(prepared.txn_id, meta, data)
-            except BaseException:  # not acknowledged: not owed (a record that did reach the disk is replayed)
-                self.log.release(prepared.txn_id)
-                raise
-            return wal, data
-        if data is not None:
-            wal.write_bytes(data)
-        else:
+        if data is None:  # a staged file: linked into wal/, where the group reads it
             os.link(path, wal)
-        payload = wal.read_bytes()
+        payload = data if data is not None else wal.read_bytes()
         if load_bytes <= WalLog.MAX_PAYLOAD:
             try:
                 self.log.append(prepared.txn_id, meta, payload)
@@ -572,6 +597,8 @@ class GroupCommitter:
                 wal.unlink(missing_ok=True)
                 raise
             return wal, payload
+        if data is not None:  # (a body kept in memory is far smaller than the log's largest record)
+            wal.write_bytes(data)
         tmp = self.wal_dir / f"txn_{prepared.txn_id}.tmp"
         tmp.write_bytes(meta)
         for name in (wal, tmp):

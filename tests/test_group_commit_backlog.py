@@ -130,3 +130,21 @@ def test_wal_backlog_bounds_loads_per_table_and_bytes_overall_and_counts_replaye
     for txn_id in (2, 3, 4, 6, 99):  # 99 never counted (a sync load): releasing it changes nothing
         backlog.release(txn_id)
     assert backlog.size() == (0, 0)
+
+
+def test_async_payloads_kept_in_memory_are_bounded_over_every_table_and_freed_with_their_entry() -> None:
+    # a small async body waits in memory for its group; many tables' backlogs must not fill the server's memory
+    from spark_runner.group_commit import WalBacklog
+
+    backlog = WalBacklog(max_loads_per_table=100, max_bytes=10_000, max_memory_bytes=100)
+    for txn_id, table in ((1, "a"), (2, "b"), (3, "c")):
+        assert backlog.admit(("d", table), txn_id, 40)
+    assert backlog.keep_in_memory(1, 40) and backlog.keep_in_memory(2, 40)
+    assert not backlog.keep_in_memory(3, 40)  # 120 bytes: waits as a file instead
+    assert not backlog.keep_in_memory(7, 1)  # not admitted to the backlog: nothing to keep
+    assert backlog.memory() == 80
+    backlog.release(1)
+    assert backlog.memory() == 40 and backlog.admit(("d", "a"), 4, 40) and backlog.keep_in_memory(4, 40)
+    for txn_id in (2, 3, 4):
+        backlog.release(txn_id)
+    assert backlog.memory() == 0 and backlog.size() == (0, 0)
