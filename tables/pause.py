@@ -2,7 +2,7 @@
 
 Crash tests kill the server at that exact moment; a point armed `once` pauses only the first load that
 reaches it (the next loads of the table pass). Points, in load order:
-    staging        the body is being received (after its first chunk is on disk)
+    staging        the body is being received (its first chunk is in: on disk, or in memory for a small grouped body)
     job            the transaction is PREPARE and the Spark job is about to run
     before_commit  the rowset files are written, the Iceberg commit has not happened
     after_commit   the Iceberg commit happened, the label is not marked VISIBLE yet
