@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, prepared, small_rowset
-from spark_runner.arrow_frames import arrow_frame
+from spark_runner.arrow_frames import arrow_frame, collect_local
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -32,7 +32,7 @@ from spark_runner.buckets import (
     with_partition_id,
     write_rows,
 )
-from spark_runner.columns import named, select_expr, select_named
+from spark_runner.columns import context_cache, named, select_expr, select_named
 from spark_runner.merge import beats, merge_rows
 from spark_runner.mow import (
     LOCAL_JOIN,
@@ -704,7 +704,7 @@ ACCEPTED = f"{REASON} IS NULL AND NOT {UNSELECTED}"
 def _rowset(
     source: DataFrame,
     plan: LoadPlan,
-    observation: Observation,
+    observation: Observation | None,
     field_ids: dict[str, int],
     buckets: int,
     stored_rows: DataFrame | None,
@@ -717,21 +717,26 @@ def _rowset(
 ) -> tuple[DataFrame, DataFrame, Observation | None]:
     """The load's prepared rows (before counting: its error lines come from them; `prepared_rows` when the
     lookup built them already), its rowset (a collected one sorted by key) and the observation of a partial
-    update's new keys. `stored_rows`: what `_stored_rows` read."""
+    update's new keys. `stored_rows`: what `_stored_rows` read. No `observation`: a folded rowset (`_folded_load`),
+    projections and filters alone (no counts, no partitioning, no sort)."""
     if prepared_rows is None:
         prepared_rows = prepare_rows(source, plan)
-    rows = prepared_rows.observe(
-        observation,
-        named("total", "count(1)"),
-        named("filtered", f"count_if({REASON} IS NOT NULL)"),
-        named("unselected", f"count_if({UNSELECTED})"),
-        *extra_metrics,
-    )
+    rows = prepared_rows
+    if observation is not None:
+        rows = prepared_rows.observe(
+            observation,
+            named("total", "count(1)"),
+            named("filtered", f"count_if({REASON} IS NOT NULL)"),
+            named("unselected", f"count_if({UNSELECTED})"),
+            *extra_metrics,
+        )
     good = rows.where(ACCEPTED)
     table = plan.table
     keys = list(table.key_columns)
     spread = list(table.distribution_columns)
-    if buckets == 1:
+    if observation is None:  # folded: one row, nothing to partition
+        pass
+    elif buckets == 1:
         good = good.coalesce(1)  # one partition needs no shuffle: scan, dedup and write in one stage
     elif spread:  # Spark partition = bucket (`buckets.bucket_sql`); a key's rows share one
         good = good.repartition(buckets, *stored_values(table, spread))
@@ -778,12 +783,62 @@ def _rowset(
         # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
         out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
     out = with_partition(out, table, field_ids)
-    if collected and keys:
+    if collected and keys and observation is not None:
         out = out.sortWithinPartitions(*[named(k) for k in keys])
     return rows, out, partial_metrics
 
 
 KEYS = "keys"  # the shape key's last part for the chain of a load's keys (`_stored_rows`)
+FOLDED = "folded"  # the shape key's last part for a one-row load's rowset without its counts (`_folded_load`)
+_UNFOLDED = "_sl_unfolded"  # the shapes whose folded rowset Spark still runs as a job (per JVM)
+MAX_UNFOLDED = 1024
+
+
+def _folded_load(
+    spark: SparkSession,
+    source: DataFrame,
+    plan: LoadPlan,
+    shaped: tuple[tuple[Any, ...], dict[str, DataFrame]],
+    field_ids: dict[str, int],
+    version: int,
+    directory: Location,
+    pair: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None,
+) -> JobOutcome | None:
+    """A load of one row whose rowset Spark computes without a job: its chain of projections and filters over the
+    row, without the counts' `observe` node (only a job fills one), is folded by Spark's optimizer into one
+    in-memory relation, which the driver hands out (`arrow_frames.collect_local`). A row that comes back is the
+    load's one row, loaded. None when none comes back (filtered or unselected: the counted job says which, and
+    gives the error line) or when the shape's plan is not folded (remembered per shape): the caller runs the job.
+    `shaped`: the load's shape key and leaves (`prepared`)."""
+    shape, leaves = shaped
+    key = (*shape, FOLDED)
+    unfolded = context_cache(_UNFOLDED)
+    if unfolded is not None and key in unfolded:
+        return None
+    reused = prepared.reuse(spark, key, leaves)
+    if reused is not None:
+        out = reused[0]
+    else:
+        _, out, _ = _rowset(source, plan, None, field_ids, 1, None, False, (), True, version, "", None)
+    rows = collect_local(out)
+    if rows is None:
+        if unfolded is not None:
+            if len(unfolded) >= MAX_UNFOLDED:
+                unfolded.clear()
+            unfolded[key] = True
+        return None
+    if reused is None:
+        prepared.remember(key, out, "", leaves)
+    if rows.num_rows != 1:
+        return None
+    files, positions = small_rowset.write_collected(out, directory, version=version, decide=pair, collected=rows)
+    paired = pair is not None and positions is not None
+    deletes = []
+    if positions is not None:
+        written = write_position_deletes(directory, positions)
+        deletes = [written] if written else []
+    counts = LoadCounts(total=1, loaded=1)
+    return JobOutcome(counts=counts, files=files, errors=[], deletes=deletes, paired=paired)
 
 
 def _stored_rows(
@@ -865,6 +920,10 @@ def run_load_job(
             leaves[prepared.STORED] = stored_leaf
         else:
             shape = None
+    if shape is not None and lines is not None and lines <= 1 and not (stored or lookup or extra_metrics):
+        folded = _folded_load(spark, source, plan, (shape, leaves), field_ids, version, directory, pair)
+        if folded is not None:
+            return folded
     reused = prepared.reuse(spark, shape, leaves) if shape is not None else None
     rows: DataFrame | None = None
     observation: Observation | None = None

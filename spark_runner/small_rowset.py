@@ -55,18 +55,20 @@ def write_collected(
     version: int,
     decision: Sequence[str] = (),
     decide: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None = None,
+    collected: pa.Table | None = None,
 ) -> tuple[list[str], pa.Table | None]:
     """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
     the version column (the job leaves it 0, so its generated code does not change from load to load);
     returns the file, and the position delete rows when `out` carries a merge-on-write `decision` (the
     columns: the row wins, the stored file and row it beats): only winning rows are written. `decide`
     makes that decision in the server's process instead (`mow.pair_rows`: the rows to write and the positions
-    to delete, or None when it cannot, and the position delete rows are None)."""
+    to delete, or None when it cannot, and the position delete rows are None). `collected`: the rows of `out`
+    already collected (`arrow_frames.collect_local`): `out` is not run again."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     spark_fields = {f.name: f for f in out.schema.fields}
-    rows = collect_arrow(out)
+    rows = collect_arrow(out) if collected is None else collected
     positions: pa.Table | None = None
     if decision:
         wins, stored_file, stored_pos = decision

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from spark_runner import service, small_rowset
+from spark_runner import load_job, service, small_rowset
 from tables.catalog import Catalog
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result
 
 COLUMNS = (
     "k INT NOT NULL, a TINYINT, b SMALLINT, c BIGINT, l LARGEINT, f FLOAT, g DOUBLE, d1 DECIMAL(5,2), "
@@ -98,3 +99,45 @@ def test_a_small_load_whose_rows_all_lose_writes_no_empty_file(
         pq.ParquetFile(f).metadata.num_rows for f in location(server_settings, db, "lose").glob("data/*/*.parquet")
     )
     assert doris.rows(db, "select k, seq, v from lose order by k") == [[1, 100, "kept"], [2, 500, "new"]]
+
+
+def test_a_one_row_load_runs_no_spark_job_and_writes_the_file_its_job_would(
+    doris: DorisClient, db: str, server_settings: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-row load's rowset is a chain of projections and filters over its row, which Spark's optimizer folds
+    into one in-memory row that the driver hands out (`load_job._folded_load`): no Spark job runs (a job was most
+    of a one-row load's Spark time). Its file is the one its counted job writes, for every type. A row the load
+    filters out runs the counted job, which counts it and names it in the error log."""
+    headers = {"column_separator": ","}
+    rows = BODY.splitlines(keepends=True)[:2]  # every type with a value, then every type NULL
+
+    def jobs(reply: Any) -> int:
+        return len(spark.sparkContext.statusTracker().getJobIdsForGroup(f"load_txn_{reply.json()['TxnId']}"))
+
+    ran: dict[str, list[int]] = {}
+    for table, folds in (("by_job", False), ("folded", True)):
+        with monkeypatch.context() as patch:
+            if not folds:
+                patch.setattr(load_job, "collect_local", lambda frame: None)  # as a plan Spark does not fold
+            doris.sql(db, f"CREATE TABLE {table} ({COLUMNS}) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+            replies = [doris.stream_load(db, table, row, headers=headers) for row in rows]
+        for reply in replies:
+            assert_doris_result(reply, total=1, loaded=1)
+        ran[table] = [jobs(reply) for reply in replies]
+    assert ran == {"by_job": [1, 1], "folded": [0, 0]}
+
+    def files(table: str) -> list[pq.ParquetFile]:
+        found = [pq.ParquetFile(f) for f in location(server_settings, db, table).glob("data/*/*.parquet")]
+        return sorted(found, key=lambda f: f.read().column("k").to_pylist())
+
+    for by_job, folded in zip(files("by_job"), files("folded"), strict=True):
+        assert layout(folded) == layout(by_job)
+        assert folded.read().equals(by_job.read())
+    assert doris.rows(db, "select * from folded order by k") == doris.rows(db, "select * from by_job order by k")
+
+    bad = doris.stream_load(
+        db, "folded", "x" + BODY.splitlines()[0][1:] + "\n", headers={**headers, "max_filter_ratio": "1"}
+    )
+    assert_doris_result(bad, total=1, filtered=1, loaded=0)
+    assert jobs(bad) > 0  # the counted job (and the one that reads its error line)
+    assert "x,1,2,3" in httpx.get(bad.json()["ErrorURL"], auth=AUTH).text

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from spark_runner import prepared
+from spark_runner import load_job, prepared
 from tests.helpers import AUTH, DorisClient
 
 SEQ = {"column_separator": ","}
@@ -17,12 +17,14 @@ SEQ = {"column_separator": ","}
 def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors(
     doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reused: list[bool] = []
+    """A one-row load first tries its folded plan (no job, no counts: `load_job._folded_load`); only a row that
+    does not come back (filtered, here) runs the counted plan, which is prepared once per shape as well."""
+    reused: list[tuple[str, bool]] = []  # (which plan: folded or counted, reused)
     real = prepared.reuse
 
-    def spy(*args: Any) -> Any:
-        found = real(*args)
-        reused.append(found is not None)
+    def spy(spark: Any, key: tuple[Any, ...], leaves: Any) -> Any:
+        found = real(spark, key, leaves)
+        reused.append(("folded" if key[-1] == load_job.FOLDED else "counted", found is not None))
         return found
 
     monkeypatch.setattr(prepared, "reuse", spy)
@@ -39,29 +41,32 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
     for body in ("1,a,5\n", "1,b,3\n", "2,c,1\n"):  # 1,b loses to 1,a on the sequence column
         reply = load(body)
         assert reply["Status"] == "Success", reply["Message"]
-    assert reused == [False, True, True]
+    assert reused == [("folded", False), ("folded", True), ("folded", True)]
     assert doris.rows(db, "SELECT k, v, s FROM p ORDER BY k") == [[1, "a", 5], [2, "c", 1]]
 
-    bad = load("x,d,9\n", max_filter_ratio="1")  # the shape of the loads above: its counts and error line
-    assert reused[-1] is True
-    assert (bad["Status"], bad["NumberTotalRows"], bad["NumberFilteredRows"], bad["NumberLoadedRows"]) == (
-        "Success",
-        1,
-        1,
-        0,
-    ), bad
-    assert "x,d,9" in httpx.get(bad["ErrorURL"], auth=AUTH).text
+    for reuses in (False, True):  # the shape of the loads above: its counts and error line, from the counted plan
+        del reused[:]
+        bad = load("x,d,9\n", max_filter_ratio="1")
+        assert reused == [("folded", True), ("counted", reuses)]
+        assert (bad["Status"], bad["NumberTotalRows"], bad["NumberFilteredRows"], bad["NumberLoadedRows"]) == (
+            "Success",
+            1,
+            1,
+            0,
+        ), bad
+        assert "x,d,9" in httpx.get(bad["ErrorURL"], auth=AUTH).text
 
+    del reused[:]
     upper = load("3,e,1\n", columns="k,tmp,s,v=upper(tmp)")  # another shape: a plan of its own, then reused
     again = load("4,f,1\n", columns="k,tmp,s,v=upper(tmp)")
     assert upper["Status"] == again["Status"] == "Success"
-    assert reused[-2:] == [False, True]
+    assert reused == [("folded", False), ("folded", True)]
     deleted = load("2,c,2\n", merge_type="DELETE")
-    assert deleted["Status"] == "Success" and reused[-1] is False
+    assert deleted["Status"] == "Success" and reused[-1] == ("folded", False)
     assert doris.rows(db, "SELECT k, v, s FROM p ORDER BY k") == [[1, "a", 5], [3, "E", 1], [4, "F", 1]]
 
-    two = load("5,g,1\n5,h,2\n")  # two rows are merged in the job: another plan
-    assert two["Status"] == "Success" and reused[-1] is False
+    two = load("5,g,1\n5,h,2\n")  # two rows are merged in the job: another plan, counted
+    assert two["Status"] == "Success" and reused[-1] == ("counted", False)
     assert doris.rows(db, "SELECT v FROM p WHERE k = 5") == [["h"]]
 
 
