@@ -109,7 +109,7 @@ def select_expr(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
     session = df.sparkSession
     key = ("exprs", tuple(exprs))
     seq = _cached(key, lambda: session._jvm.PythonUtils.toSeq(list(exprs)))  # type: ignore[union-attr]
-    return type(df)(df._jdf.selectExpr(seq), session)
+    return DataFrame(df._jdf.selectExpr(seq), session)
 
 
 def select_named(df: DataFrame, columns: Sequence[tuple[str, str | None, int | None]]) -> DataFrame:
@@ -117,4 +117,4 @@ def select_named(df: DataFrame, columns: Sequence[tuple[str, str | None, int | N
     session = df.sparkSession
     key = ("select", tuple(columns))
     seq = _cached(key, lambda: session._jvm.PythonUtils.toSeq([named(*c)._jc for c in columns]))  # type: ignore[union-attr]
-    return type(df)(df._jdf.select(seq), session)
+    return DataFrame(df._jdf.select(seq), session)

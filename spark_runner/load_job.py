@@ -185,7 +185,8 @@ def inline_fields(
     ]
     table = split.add_column(0, POS, pos)
     inline = arrow_frame(spark, table, T.StructType(fields))
-    source = prepared.mark_leaf(_split_fields_source(inline, dialect, POS), inline)
+    chain = prepared.deferred(lambda: _split_fields_source(inline, dialect, POS), spark)
+    source = prepared.mark_leaf(chain, inline)
     return small_rowset.mark_small(source, rows=split.num_rows)
 
 

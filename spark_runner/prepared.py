@@ -21,6 +21,11 @@ do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past tha
 
 The load's counts come from the plan's `observe` nodes (`CollectMetrics`), read from the query execution of
 each run by the names the first build gave them (`Prepared.name`).
+
+A load that reuses a plan needs its own rows' relation alone, not the chain its source would build over them
+(a projection Spark analyzes on creation: ~10 ms of a one-row load on 2 cores). A small source is therefore
+`deferred`: a DataFrame whose plan is made the first time anything asks for it (a load of a new shape, the
+error lines of a load with rejected rows), and never for a load that reuses its shape's plan.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
 from pyspark.sql.types import StructType
 
 from spark_runner.columns import context_cache, java_class, per_jvm
@@ -59,6 +65,31 @@ class Prepared:
     tree: Tree  # the analyzed plan, its leaves by role
     name: str  # the suffix of its `CollectMetrics` nodes' names (the first build's)
     schema: StructType  # its output's (the JVM is not asked again for each load)
+
+
+class _Deferred(ClassicFrame):
+    """A DataFrame whose JVM side (`_jdf`, which every PySpark method reads) is `build()`'s, made when first read."""
+
+    def __init__(self, build: Callable[[], DataFrame], session: SparkSession) -> None:
+        self._build = build
+        self._made: Any = None
+        super().__init__(None, session)
+
+    @property
+    def _jdf(self) -> Any:
+        if self._made is None:
+            self._made = self._build()._jdf
+        return self._made
+
+    @_jdf.setter
+    def _jdf(self, value: Any) -> None:
+        if value is not None:
+            self._made = value
+
+
+def deferred(build: Callable[[], DataFrame], session: SparkSession) -> DataFrame:
+    """The DataFrame `build()` makes, made only when something reads it (not for a load that reuses a plan)."""
+    return _Deferred(build, session)
 
 
 def mark_leaf(source: DataFrame, leaf: DataFrame) -> DataFrame:

@@ -18,7 +18,8 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
     doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A one-row load first tries its folded plan (no job, no counts: `load_job._folded_load`); only a row that
-    does not come back (filtered, here) runs the counted plan, which is prepared once per shape as well."""
+    does not come back (filtered, here) runs the counted plan, which is prepared once per shape as well. A load
+    that reuses a plan builds no chain of its own over its rows (`prepared.deferred`)."""
     reused: list[tuple[str, bool]] = []  # (which plan: folded or counted, reused)
     real = prepared.reuse
 
@@ -28,6 +29,9 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
         return found
 
     monkeypatch.setattr(prepared, "reuse", spy)
+    chains: list[str] = []  # the chains over a load's rows that were built (a load that reuses a plan needs none)
+    chain = load_job._split_fields_source
+    monkeypatch.setattr(load_job, "_split_fields_source", lambda *args: chains.append("built") or chain(*args))
     doris.sql(
         db,
         "CREATE TABLE p (k INT NOT NULL, v VARCHAR(8), s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
@@ -42,6 +46,7 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
         reply = load(body)
         assert reply["Status"] == "Success", reply["Message"]
     assert reused == [("folded", False), ("folded", True), ("folded", True)]
+    assert chains == ["built"]  # by the first load only
     assert doris.rows(db, "SELECT k, v, s FROM p ORDER BY k") == [[1, "a", 5], [2, "c", 1]]
 
     for reuses in (False, True):  # the shape of the loads above: its counts and error line, from the counted plan
