@@ -335,18 +335,19 @@ def rows_source(spark: SparkSession, rows: list[list[str | None]], plan: LoadPla
         [T.StructField(POS, T.LongType()), T.StructField(LINE, T.StringType()), T.StructField(NCOLS, T.IntegerType())]
         + [T.StructField(_field(i), T.StringType()) for i in range(n)]
     )
-    data = [
-        (
-            i,
-            "(" + ", ".join("NULL" if v is None else v for v in row) + ")",
-            len(row),
-            *(row + [None] * (n - len(row)))[:n],
-        )
-        for i, row in enumerate(rows)
-    ]
-    frame = spark.createDataFrame(data, schema)
-    small = len(rows) <= plan.request.limits.csv_inline_max_lines
-    return small_rowset.mark_small(frame, rows=len(rows)) if small else frame
+    import pyarrow as pa
+
+    fields = [(row + [None] * (n - len(row)))[:n] for row in rows]
+    columns = {
+        POS: pa.array(range(len(rows)), pa.int64()),
+        LINE: pa.array(["(" + ", ".join("NULL" if v is None else v for v in row) + ")" for row in rows], pa.string()),
+        NCOLS: pa.array([len(row) for row in rows], pa.int32()),
+        **{_field(i): pa.array([values[i] for values in fields], pa.string()) for i in range(n)},
+    }
+    frame = arrow_frame(spark, pa.table(columns), schema)  # an in-memory relation, as a small body's
+    if len(rows) > plan.request.limits.csv_inline_max_lines:
+        return frame
+    return small_rowset.mark_small(prepared.mark_leaf(frame, frame), rows=len(rows))
 
 
 def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:

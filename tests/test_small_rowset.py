@@ -48,8 +48,8 @@ def test_small_rowset_matches_sparks_file(
     written: dict[Path, list[str]] = {}
     real = small_rowset.write_collected
 
-    def spy(out: Any, directory: Any, *, version: int, decision: Any = (), decide: Any = None) -> Any:
-        files, positions = real(out, directory, version=version, decision=decision, decide=decide)
+    def spy(out: Any, directory: Any, **options: Any) -> Any:
+        files, positions = real(out, directory, **options)
         written[directory.parent.parent] = files
         return files, positions
 
@@ -107,7 +107,8 @@ def test_a_one_row_load_runs_no_spark_job_and_writes_the_file_its_job_would(
     """A one-row load's rowset is a chain of projections and filters over its row, which Spark's optimizer folds
     into one in-memory row that the driver hands out (`load_job._folded_load`): no Spark job runs (a job was most
     of a one-row load's Spark time). Its file is the one its counted job writes, for every type. A row the load
-    filters out runs the counted job, which counts it and names it in the error log."""
+    filters out runs the counted job, which counts it and names it in the error log. An INSERT of one row folds
+    too (its values are an in-memory relation, as a small body's fields)."""
     headers = {"column_separator": ","}
     rows = BODY.splitlines(keepends=True)[:2]  # every type with a value, then every type NULL
 
@@ -134,6 +135,10 @@ def test_a_one_row_load_runs_no_spark_job_and_writes_the_file_its_job_would(
         assert layout(folded) == layout(by_job)
         assert folded.read().equals(by_job.read())
     assert doris.rows(db, "select * from folded order by k") == doris.rows(db, "select * from by_job order by k")
+    inserted = doris.sql(db, "INSERT INTO folded (k, vc) VALUES (7, 'i')")  # an INSERT of one row as well
+    txn = inserted["status"]["txnId"]
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(f"load_txn_{txn}")) == 0, inserted
+    assert doris.rows(db, "select k, vc from folded where k = 7") == [[7, "i"]]
 
     bad = doris.stream_load(
         db, "folded", "x" + BODY.splitlines()[0][1:] + "\n", headers={**headers, "max_filter_ratio": "1"}
