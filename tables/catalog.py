@@ -445,6 +445,13 @@ class Catalog:
             raise BrokenTable(db, table) from exc
         return TableHandle(definition=definition, iceberg=iceberg, storage=self.storage)
 
+    def private_table(self, table: Table) -> Table:
+        """`table` as the catalog has it now, over metadata parsed for the caller alone. pyiceberg's transactions
+        deep-copy their table's metadata, and the parsed metadata `load` shares is not frozen in full: its
+        schemas fill lazy caches (`cached_property`) when first asked, so a copy of it raced the loads reading it
+        ("dictionary changed size during iteration")."""
+        return SqlCatalog.load_table(self._iceberg, table.name())
+
     def drop_table(self, db: str, table: str, *, if_exists: bool = False) -> None:
         """Drop a table; its files go too when its location passes the guard of `tables.paths`.
 

@@ -514,20 +514,20 @@ class TableWriter:
         version = turnstile.take()
         try:
             with turnstile.turn(version):
-                handle.iceberg.refresh()
-                current = TableDef.from_json(handle.iceberg.properties[DEFINITION_PROPERTY])
+                private = self._catalog.private_table(handle.iceberg)  # its transaction copies its metadata
+                current = TableDef.from_json(private.properties[DEFINITION_PROPERTY])
                 new, ops = change(current, version)
                 new = new.model_copy(
                     update={"meta_version": version, **({"schema_version": version} if schema else {})}
                 )
-                with handle.iceberg.transaction() as tx:
+                with private.transaction() as tx:
                     if ops:
                         with tx.update_schema() as update:
                             apply_ops(update, ops)
                     if iceberg is not None:
                         iceberg(tx, version)
                     tx.set_properties({DEFINITION_PROPERTY: new.to_json()})
-                turnstile.last_metadata = handle.iceberg.metadata_location
+                turnstile.last_metadata = private.metadata_location
                 return new
         finally:
             turnstile.done(version)
