@@ -41,7 +41,7 @@ from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
 from tables.csv_dialect import CsvDialect, CsvPath
 from tables.error_logs import error_log_path, new_error_log_name
-from tables.errors import DataQualityError, LoadError, LoadTimeout, ServiceUnavailable
+from tables.errors import DataQualityError, DorisError, LoadError, LoadTimeout, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
 from tables.rowsets import FileFilter, live_data_files, plain_path, wanted_values
 from tables.transactions import TransactionStore
@@ -266,6 +266,8 @@ class LoadService:
             return ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         if isinstance(exc, LoadError):
             return exc
+        if isinstance(exc, DorisError):  # a stated outcome (the schema or the table changed meanwhile): no bug
+            return LoadError(exc.message)
         log.exception("load %s failed", label)
         return LoadError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
