@@ -797,7 +797,7 @@ class GroupCommitter:
                         first.plan,
                         rowset,
                         load_bytes=load_bytes,
-                        extra_metrics=_per_load_metrics(len(batch), small),
+                        extra_metrics=_per_load_metrics(len(batch), small) if len(batch) > 1 else (),
                     )
                     per_load = _counts(outcome, len(batch), small)
                     newly = [i for i in kept if _too_many_filtered(per_load[i], req.max_filter_ratio)]
@@ -1079,7 +1079,8 @@ def _indexed(frame: DataFrame) -> DataFrame:
 
 
 def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
-    """Rows, filtered rows and unselected rows of each load of the group, from the group job's one action.
+    """Rows, filtered rows and unselected rows of each load of the group, from the group job's one action (a
+    group of one load has the job's own counts: a one-row load then runs no job, as a plain one, `_counts`).
 
     A small (inline) source's rows are few: each kind is the list of its rows' loads (three aggregates). Other
     groups count each kind in an array indexed by load: 3 x loads aggregates, whose evaluation costs the
@@ -1096,6 +1097,8 @@ def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
 
 
 def _counts(outcome: JobOutcome, loads: int, small: bool) -> list[LoadCounts]:
+    if loads == 1:
+        return [outcome.counts]
     metrics = outcome.metrics or {}
     if small:  # the loads of the rows of each kind
         per_kind = [Counter(metrics.get(kind) or []) for kind in ("t", "f", "u")]

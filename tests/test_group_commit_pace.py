@@ -82,6 +82,26 @@ def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path) -> None:
         assert doris.rows("d", "SELECT v FROM t WHERE k = 5") == [["v5"]]
 
 
+def test_a_group_of_one_one_row_load_runs_no_spark_job(spark: Any, tmp_path: Path) -> None:
+    """A load alone in its group (one client in sync mode) counts its rows as a plain load does, so its one row
+    takes the plain load's path without a Spark job (`load_job._folded_load`); a row it filters still runs the
+    counted job, which counts and reports it."""
+    with group_server(spark, tmp_path, "sync_mode", "UNIQUE") as (doris, _):
+        for i in range(3):
+            reply = doris.stream_load("d", "t", f"{i},v{i}\n", {"column_separator": ",", "label": f"one_{i}"})
+            assert_group_reply(reply.json(), mode="sync_mode", loaded=1)
+        seen = counters(doris)
+        assert seen["groups"] == 3 and seen["loads"] == 3, seen
+        assert seen["spark_jobs"] == 0, f"three one-row loads alone in their groups ran {seen['spark_jobs']} jobs"
+        bad = doris.stream_load("d", "t", "x,bad\n", {"column_separator": ","}).json()
+        assert_group_reply(bad, mode="sync_mode", status="Fail", loaded=0)
+        assert bad["Message"] == "[DATA_QUALITY_ERROR]too many filtered rows", bad
+        assert (bad["NumberTotalRows"], bad["NumberFilteredRows"]) == (1, 1), bad
+        assert counters(doris)["spark_jobs"] > 0
+        assert "x,bad" in doris.http.get(bad["ErrorURL"]).text
+        assert doris.rows("d", "SELECT k, v FROM t ORDER BY k") == [[0, "v0"], [1, "v1"], [2, "v2"]]
+
+
 def test_loads_queued_while_a_group_runs_do_not_wait_the_interval_again(spark: Any, tmp_path: Path) -> None:
     interval = 8.0
     # groups of two: the first closes as soon as its second load comes, the third load waits alone
