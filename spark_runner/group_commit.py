@@ -766,6 +766,7 @@ class GroupCommitter:
         error = LoadError("group commit failed")
         outcome: JobOutcome | None = None
         per_load: list[LoadCounts] = []
+        error_urls: dict[int, str | None] = {}
         try:
             # no JVM (being replaced): ServiceUnavailable, in here so that acknowledged members are retried
             context = self.loads.spark.sparkContext
@@ -808,6 +809,9 @@ class GroupCommitter:
                     delete_dir(rowset.directory)  # rerun without the failed loads
                     outcome = None
                 rowset.files = outcome.files if outcome else []
+                for i, member in enumerate(batch):  # a sync load's filtered rows within its ratio: its error log
+                    if i not in failed and per_load[i].filtered and not member.acknowledged:
+                        error_urls[i] = self._error_log(member, source)
                 rowset.group = tuple(batch[i].prepared.txn_id for i in range(len(batch)) if i not in failed)
         except Exception as exc:
             if not isinstance(exc, (LoadError, *REFUSED)):
@@ -842,7 +846,9 @@ class GroupCommitter:
             if i in retry:
                 self._retry_later(member, error)
                 continue
-            result = failed.get(i) or self._result(member, counts=per_load[i], commit_ms=commit_ms)
+            result = failed.get(i) or self._result(
+                member, counts=per_load[i], commit_ms=commit_ms, error_url=error_urls.get(i)
+            )
             self._drop_wal(member.prepared.txn_id)
             member.path.unlink(missing_ok=True)
             member.future.set_result(result)
@@ -938,10 +944,10 @@ class GroupCommitter:
         error: LoadError | None = None,
         commit_ms: int = 0,
         error_source: tuple[DataFrame, SparkSession] | None = None,
+        error_url: str | None = None,
     ) -> LoadResult:
         prepared = member.prepared
         counts = counts or LoadCounts()
-        error_url = None
         if counts.filtered and error_source is not None:
             error_url = self._error_log(member, error_source[0])
         mode = prepared.request.group_commit or prepared.plan.table.properties.get(MODE_PROPERTY, "sync_mode")

@@ -87,20 +87,27 @@ def test_loads_of_one_group_apply_in_arrival_order_and_fail_alone(doris: DorisCl
         assert_group_reply(body, mode="async_mode", loaded=2)
 
     def sync_load(data: str) -> dict[str, Any]:
-        return doris.stream_load(db, "t", data, {"column_separator": ",", "group_commit": "sync_mode"}).json()
+        ratio = {"max_filter_ratio": "0.5"} if data.startswith("y") else {}
+        headers = {"column_separator": ",", "group_commit": "sync_mode", **ratio}
+        return doris.stream_load(db, "t", data, headers).json()
 
-    with ThreadPoolExecutor(3) as pool:
-        good, bad, other = pool.map(sync_load, ["3,ok\n", "x,bad\n4,fine\n", "5,ok\n"])
+    with ThreadPoolExecutor(4) as pool:
+        good, bad, other, within = pool.map(sync_load, ["3,ok\n", "x,bad\n4,fine\n", "5,ok\n", "y,bad\n6,ok\n"])
     assert_group_reply(good, mode="sync_mode", loaded=1)
     assert_group_reply(other, mode="sync_mode", loaded=1)
     assert_group_reply(bad, mode="sync_mode", status="Fail", loaded=0)
     assert bad["Message"] == "[DATA_QUALITY_ERROR]too many filtered rows" and bad["NumberFilteredRows"] == 1
     assert "x,bad" in doris.http.get(bad["ErrorURL"]).text
+    # within its filter ratio: loaded, and its filtered row in its own error log (contract: on success too)
+    assert_group_reply(within, mode="sync_mode", loaded=1)
+    assert within["NumberFilteredRows"] == 1 and "ErrorURL" not in good, (within, good)
+    assert "y,bad" in (log := doris.http.get(within["ErrorURL"]).text) and "x,bad" not in log
     deadline = time.monotonic() + 30
-    while doris.rows(db, "SELECT count(*) FROM t") != [[4]]:
+    while doris.rows(db, "SELECT count(*) FROM t") != [[5]]:
         assert time.monotonic() < deadline, doris.rows(db, "SELECT * FROM t")
         time.sleep(0.2)
-    assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[1, "round5"], [2, "r5"], [3, "ok"], [5, "ok"]]
+    expected = [[1, "round5"], [2, "r5"], [3, "ok"], [5, "ok"], [6, "ok"]]
+    assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == expected
 
 
 def test_a_label_used_twice_in_one_group_is_refused_once(doris: DorisClient, db: str) -> None:

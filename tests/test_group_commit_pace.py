@@ -99,7 +99,13 @@ def test_a_group_of_one_one_row_load_runs_no_spark_job(spark: Any, tmp_path: Pat
         assert (bad["NumberTotalRows"], bad["NumberFilteredRows"]) == (1, 1), bad
         assert counters(doris)["spark_jobs"] > 0
         assert "x,bad" in doris.http.get(bad["ErrorURL"]).text
-        assert doris.rows("d", "SELECT k, v FROM t ORDER BY k") == [[0, "v0"], [1, "v1"], [2, "v2"]]
+        # within its filter ratio a load succeeds, and its reply names its filtered rows' log (contract: on success too)
+        kept = doris.stream_load("d", "t", "y,bad\n3,v3\n", {"column_separator": ",", "max_filter_ratio": "0.5"})
+        assert_group_reply(kept.json(), mode="sync_mode", loaded=1)
+        assert "y,bad" in doris.http.get(kept.json()["ErrorURL"]).text
+        clean = doris.stream_load("d", "t", "4,v4\n", {"column_separator": ","}).json()
+        assert "ErrorURL" not in clean, clean
+        assert doris.rows("d", "SELECT k, v FROM t ORDER BY k") == [[i, f"v{i}"] for i in range(5)]
 
 
 def test_loads_queued_while_a_group_runs_do_not_wait_the_interval_again(spark: Any, tmp_path: Path) -> None:
