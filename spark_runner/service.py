@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
+import itertools
 import logging
 import queue
 import shutil
@@ -41,7 +43,7 @@ from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
 from tables.csv_dialect import CsvDialect, CsvPath
 from tables.error_logs import error_log_path, new_error_log_name
-from tables.errors import DataQualityError, DorisError, LoadError, LoadTimeout, ServiceUnavailable
+from tables.errors import DataQualityError, DorisError, LoadError, LoadTimeout, SchemaChanged, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
 from tables.rowsets import FileFilter, live_data_files, plain_path, wanted_values
 from tables.transactions import TransactionStore
@@ -69,6 +71,17 @@ class PreparedLoad:
     @property
     def request(self) -> LoadRequest:
         return self.plan.request
+
+
+# A load's source frame, built for the load as (re)planned
+Source = Callable[[SparkSession, PreparedLoad], DataFrame]
+
+# How many times a load that meets a schema change committed while it ran is planned again and rerun
+SCHEMA_REPLANS = 3
+
+
+def _plan(request: LoadRequest, handle: TableHandle) -> LoadPlan:
+    return plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
 
 
 PARTITION_BYTES = 32 * 1024 * 1024
@@ -121,14 +134,14 @@ class LoadService:
         started = time.monotonic()
         if backend_stopped(self.spark, wait=0.0):  # refused before the label is claimed, as Doris's FE does
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
-        handle = loaded_target(self.catalog, self.catalog.load(request.db, request.table), request)
+        handle = self._target(request)
         # the label first, as Doris's FE begins the transaction before it plans the load
         txn_id = self.writer.begin(
             request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)
         )
         began = time.monotonic()
         try:
-            plan = plan_load(request.model_copy(update={"table": handle.definition.name}), handle.definition)
+            plan = _plan(request, handle)
         except BaseException:
             self.writer.abort(txn_id)
             raise
@@ -141,24 +154,41 @@ class LoadService:
             handle=handle,
         )
 
+    def _target(self, request: LoadRequest) -> TableHandle:
+        return loaded_target(self.catalog, self.catalog.load(request.db, request.table), request)
+
+    def replanned(self, prepared: PreparedLoad) -> PreparedLoad | None:
+        """The load planned again against the table's current schema, after a schema change committed while it
+        ran: as if it had arrived after the change (an added column takes its default, a dropped one is not
+        written). None when it reads its input otherwise now (a load without `columns` maps its fields to the
+        table's columns) or is refused now (it names a dropped column): its failure stands."""
+        try:
+            handle = self._target(prepared.request)
+            plan = _plan(prepared.request, handle)
+        except DorisError:
+            return None
+        if plan.source_fields != prepared.plan.source_fields:
+            return None
+        return dataclasses.replace(prepared, plan=plan, handle=handle)
+
     def abort(self, prepared: PreparedLoad) -> None:
         """Give up a prepared load that did not run (its label is free again)."""
         self.writer.abort(prepared.txn_id)
 
     def run_staged(self, prepared: PreparedLoad, path: Path, *, load_bytes: int, receive_ms: int = 0) -> LoadResult:
         """Run a staged body (CSV, JSON, Parquet or ORC, as its `format` says): a file, or a directory of them."""
-        return self.run(prepared, lambda spark: staged_source(spark, path, prepared), load_bytes, receive_ms)
+        return self.run(prepared, lambda spark, load: staged_source(spark, path, load), load_bytes, receive_ms)
 
     def run_rows(self, prepared: PreparedLoad, rows: list[list[str | None]]) -> LoadResult:
-        return self.run(prepared, lambda spark: rows_source(spark, rows, prepared.plan))
+        return self.run(prepared, lambda spark, load: rows_source(spark, rows, load.plan))
 
     def run_frame(self, prepared: PreparedLoad, frame: DataFrame) -> LoadResult:
-        return self.run(prepared, lambda spark: frame_source(frame, prepared.plan))
+        return self.run(prepared, lambda spark, load: frame_source(frame, load.plan))
 
     def run(
         self,
         prepared: PreparedLoad,
-        source: Callable[[SparkSession], DataFrame],
+        source: Source,
         load_bytes: int = 0,
         receive_ms: int = 0,
     ) -> LoadResult:
@@ -202,15 +232,29 @@ class LoadService:
                 with self._big_lock:
                     self._big -= 1
 
-    def _run_job(
-        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
-    ) -> LoadResult:
+    def _run_job(self, prepared: PreparedLoad, source: Source, load_bytes: int, receive_ms: int) -> LoadResult:
         with self._counted(load_bytes):
             return self._job(prepared, source, load_bytes, receive_ms)
 
-    def _job(
-        self, prepared: PreparedLoad, source: Callable[[SparkSession], DataFrame], load_bytes: int, receive_ms: int
+    def _job(self, prepared: PreparedLoad, source: Source, load_bytes: int, receive_ms: int) -> LoadResult:
+        """The load's job and commit; a schema change that commits meanwhile has the load planned again against
+        it and run anew (`replanned`), up to `SCHEMA_REPLANS` times, in its transaction."""
+        for replans in itertools.count():
+            try:
+                return self._attempt(prepared, source, load_bytes, receive_ms, replannable=replans < SCHEMA_REPLANS)
+            except SchemaChanged as exc:
+                again = self.replanned(prepared)
+                if again is None:
+                    self.writer.abort(prepared.txn_id, exc.message)
+                    return self._failure(prepared, LoadError(exc.message), None, load_bytes, receive_ms)
+                log.info("load %s planned again after a schema change of its table", prepared.request.label)
+                prepared = again
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self, prepared: PreparedLoad, source: Source, load_bytes: int, receive_ms: int, *, replannable: bool
     ) -> LoadResult:
+        """Raises: SchemaChanged, when `replannable` (the transaction stays PREPARE)."""
         req = prepared.request
         outcome: JobOutcome | None = None
         write_started = time.monotonic()
@@ -226,11 +270,12 @@ class LoadService:
                 planned=plan.table,
                 two_phase=req.two_phase_commit,
                 handle=prepared.handle,
+                replannable=replannable,
             ) as rowset:
                 self.writer.pauses.hit("job", req.table)
                 with self._deadline(prepared), spark_errors():
                     spark = self.session_for(req)
-                    frame: DataFrame = source(spark)
+                    frame: DataFrame = source(spark, prepared)
                     # a partial update reads the rows it updates; it runs in its commit turn, so
                     # nothing commits between this read and its own commit (a positional table's load reads
                     # its lookup rows in `run_rowset`)
@@ -243,6 +288,8 @@ class LoadService:
                 commit_started = time.monotonic()
             commit_ms = int((time.monotonic() - commit_started) * 1000)
         except Exception as exc:
+            if replannable and isinstance(exc, SchemaChanged):
+                raise
             return self._failure(prepared, self._load_error(exc, req.label), outcome, load_bytes, receive_ms)
         assert outcome is not None
         counts = outcome.counts

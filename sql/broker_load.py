@@ -306,7 +306,7 @@ class BrokerLoads:
 
     def _run(self, job_id: int, load: BrokerLoad, files: list[str], prepared: PreparedLoad) -> None:
         try:
-            result = self.loads.run(prepared, lambda spark: _files_source(spark, files, prepared))
+            result = self.loads.run(prepared, lambda spark, load: _files_source(spark, files, load))
         except Exception as exc:  # a bug: the job is cancelled with the reason, never left LOADING
             log.exception("broker load %s failed", load.label)
             result = render_load(exc, txn_id=prepared.txn_id, label=load.label, message=str(exc))

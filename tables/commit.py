@@ -221,6 +221,7 @@ class TableWriter:
         two_phase: bool = False,
         group: tuple[int, ...] = (),
         handle: TableHandle | None = None,
+        replannable: bool = False,
     ) -> Iterator[PendingRowset]:
         """Allocate the next version, let the caller write a rowset, then commit it and mark the label VISIBLE.
 
@@ -230,7 +231,9 @@ class TableWriter:
         `two_phase` stops at PRECOMMITTED: the files are written and durable, the snapshot waits for
         `commit_precommitted`, which stamps them with the version of that commit. `group` names further
         transactions whose rows are in this rowset (group commit): they become VISIBLE with it. `handle` is
-        the table as the load was planned on it (refreshed here, not looked up again by name).
+        the table as the load was planned on it (refreshed here, not looked up again by name). `replannable`:
+        a `SchemaChanged` leaves the transaction PREPARE (its files go), for the caller to plan the load again
+        against the new schema and write it anew, or abort it.
 
         Raises:
             TableDropped, TableNotFound, DatabaseNotFound: before the caller runs (the transaction is aborted).
@@ -281,10 +284,11 @@ class TableWriter:
                 self._txns.set_states((txn_id, *pending.group), VISIBLE)  # one write for a group's loads
                 if pending.files:
                     self._trim_snapshots(handle, turnstile)
-        except BaseException:
+        except BaseException as exc:
             self._catalog.storage.remove_tree(pending.directory)
             # group members are the caller's to decide: an acknowledged async load is retried, not aborted
-            self.abort(txn_id)
+            if not (replannable and isinstance(exc, SchemaChanged)):
+                self.abort(txn_id)
             raise
         finally:
             self._writing.pop(txn_id, None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,51 @@ def test_loads_racing_schema_changes_land_whole_or_fail_cleanly(doris: DorisClie
     # rows loaded before an ADD read its DEFAULT, rows loaded after it got the DEFAULT as an unlisted column;
     # a load planned before the ADD that committed after it would show NULL here
     assert [r[2:] for r in rows] == [[1, 3, 5]] * len(rows)
+
+
+def _held_load(doris: DorisClient, db: str, label: str, body: str, headers: dict[str, str]) -> tuple[Any, Any]:
+    """A stream load into `db.t` whose body stops after its first byte until `release` is set: the server has
+    planned it and claimed its label (PREPARE) when this returns. Returns (release, the reply's future)."""
+    release = threading.Event()
+
+    def chunks() -> Any:
+        yield body[:1].encode()
+        release.wait(60)
+        yield body[1:].encode()
+
+    pool = ThreadPoolExecutor(1)
+    reply = pool.submit(lambda: doris.stream_load(db, "t", chunks(), {**CSV, **headers, "label": label}).json())
+    pool.shutdown(wait=False)
+    deadline = time.monotonic() + 30
+    while doris.http.get(f"/api/{db}/get_load_state", params={"label": label}).json()["data"] != "PREPARE":
+        assert time.monotonic() < deadline, "the load was not planned"
+        time.sleep(0.05)
+    time.sleep(0.3)  # its plan is made just after its label is claimed
+    return release, reply
+
+
+def test_a_load_meeting_a_schema_change_is_planned_again_against_it(doris: DorisClient, db: str) -> None:
+    """A schema change that commits while a load runs: the load is planned again against the new schema and
+    loads as if it had come after the change (an added column takes its default), unless it now reads its input
+    otherwise (no `columns`: its fields map to the table's columns) or is refused now; those fail cleanly
+    as before and load nothing (Doris lands loads racing a light schema change; ours either land as planned now or
+    fail whole)."""
+    doris.sql(db, "CREATE TABLE t (k INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    release, reply = _held_load(doris, db, "named", "1,a\n", {"columns": "k,v"})
+    doris.sql(db, "ALTER TABLE t ADD COLUMN c INT DEFAULT '7'")
+    release.set()
+    assert_doris_result(reply.result(), loaded=1)
+    assert doris.rows(db, "SELECT k, v, c FROM t") == [[1, "a", 7]]
+
+    release, reply = _held_load(doris, db, "positional", "2,b,3\n", {})  # fields mapped to k, v, c
+    doris.sql(db, "ALTER TABLE t ADD COLUMN d INT DEFAULT '8'")
+    release.set()
+    assert_doris_result(reply.result(), status="Fail", message_contains="schema of table t changed")
+
+    release, reply = _held_load(doris, db, "dropped", "3,c,4\n", {"columns": "k,v,c"})
+    doris.sql(db, "ALTER TABLE t DROP COLUMN c")
+    release.set()
+    assert_doris_result(reply.result(), loaded=1)  # `c` names no column now: its field is skipped, as Doris does
+    assert doris.rows(db, "SELECT k, v, d FROM t ORDER BY k") == [[1, "a", 8], [3, "c", 8]]
+    state = doris.http.get(f"/api/{db}/get_load_state", params={"label": "positional"}).json()["data"]
+    assert state == "ABORTED"
