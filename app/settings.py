@@ -116,10 +116,11 @@ class Settings(BaseSettings):
     )
     snapshot_keep_seconds: float = Field(3600.0, description="Iceberg snapshots older than this are expired.")
     snapshot_keep_count: int = Field(
-        100,
+        20,
         ge=1,
-        description="At most this many Iceberg snapshots per table are kept (commit time grows with them); "
-        "a table past twice as many is trimmed in its next commit.",
+        description="At most this many Iceberg snapshots per table are kept (commit time grows with them: every "
+        "commit writes them all into the new metadata file); a table past twice as many is trimmed in its next "
+        "commit.",
     )
     shutdown_timeout_seconds: float = Field(
         60.0, description="On SIGTERM, how long loads already receiving data may take to finish."

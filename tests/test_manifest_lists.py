@@ -1,6 +1,7 @@
 """A snapshot's manifest list is parsed once per process (issue 19): pyiceberg 0.12 reads the file again on every
 `Snapshot.manifests` call, and a small load asked three times for the one snapshot it found (its lookup, its
-commit's re-check, the append naming its parent's manifests), ~4 ms each on 2 cores."""
+commit's re-check, the append naming its parent's manifests), ~4 ms each on 2 cores. A list this process writes
+is kept as written: the next load and the queries after it do not open it at all."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from tables import rowsets
+from tables.sized_cache import SizedCache
 from tests.helpers import DorisClient, assert_doris_result
 
 CSV = {"column_separator": ","}
@@ -20,7 +22,8 @@ def test_a_load_and_the_queries_after_it_read_each_manifest_list_once(
     doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
     for i in range(3):
         assert_doris_result(doris.stream_load(db, "t", f"{i},{i}\n", headers=CSV), loaded=1)
-    location = served_app.state.services.catalog.load(db, "t").iceberg.location()
+    table = served_app.state.services.catalog.load(db, "t").iceberg
+    location = table.location()
     reads: list[str] = []
     real = rowsets._read_manifest_list
 
@@ -31,9 +34,17 @@ def test_a_load_and_the_queries_after_it_read_each_manifest_list_once(
 
     monkeypatch.setattr(rowsets, "_read_manifest_list", counting)
     assert_doris_result(doris.stream_load(db, "t", "1,10\n", headers=CSV), loaded=1)
-    assert len(reads) == 1, reads  # the snapshot the load found, once for its lookup, re-check and append
-
     for _ in range(2):
         assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, 0], [1, 10], [2, 2]]
-    assert len(reads) == 2, reads  # the load's own snapshot, read by the first query only
-    assert len(set(reads)) == 2, reads
+    assert reads == []  # every list this server wrote is kept as written
+    table.refresh()
+    for snapshot in table.snapshots():  # and what is kept is what the files say
+        assert rowsets.cached_manifest_list(table.io, snapshot.manifest_list) == real(table.io, snapshot.manifest_list)
+
+    # lists this process did not write (another server's, or from before a restart) are read once each
+    monkeypatch.setattr(rowsets, "_LISTS", SizedCache(rowsets._no_list, max_bytes=1 << 20, cost=rowsets._list_bytes))
+    assert_doris_result(doris.stream_load(db, "t", "2,20\n", headers=CSV), loaded=1)
+    assert len(reads) == 1, reads  # the snapshot the load found, once for its lookup, re-check and append
+    for _ in range(2):
+        assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, 0], [1, 10], [2, 20]]
+    assert len(reads) == 1, reads  # the load's own snapshot: kept as written
