@@ -160,8 +160,9 @@ class LoadService:
     def replanned(self, prepared: PreparedLoad) -> PreparedLoad | None:
         """The load planned again against the table's current schema, after a schema change committed while it
         ran: as if it had arrived after the change (an added column takes its default, a dropped one is not
-        written). None when it reads its input otherwise now (a load without `columns` maps its fields to the
-        table's columns) or is refused now (it names a dropped column): its failure stands."""
+        written, a `columns` name that is no column any more is a skipped field). None when it would read its
+        input otherwise now (a load without `columns` maps its fields to the table's columns) or its planning
+        fails now: its failure stands."""
         try:
             handle = self._target(prepared.request)
             plan = _plan(prepared.request, handle)
