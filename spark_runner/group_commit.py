@@ -352,6 +352,7 @@ class _Member:
     acknowledged: bool = False  # async: answered Success, its WAL entry is owed until it commits
     attempts: int = 0  # failed group jobs so far
     data: bytes | None = None  # the payload itself, when the body was small enough to be kept in memory
+    rows: int = 0  # its lines, when its group's source is inline (`_inline_group`)
 
     def payload(self) -> Path | bytes:
         """Where the group reads the payload from: its bytes when kept in memory, else its file."""
@@ -800,7 +801,7 @@ class GroupCommitter:
                         load_bytes=load_bytes,
                         extra_metrics=_per_load_metrics(len(batch), small) if len(batch) > 1 else (),
                     )
-                    per_load = _counts(outcome, len(batch), small)
+                    per_load = _counts(outcome, batch, small)
                     newly = [i for i in kept if _too_many_filtered(per_load[i], req.max_filter_ratio)]
                     if not newly:
                         break
@@ -1051,7 +1052,7 @@ def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad
             lines = list(arrow_csv.body_lines(member.payload(), dialect))
         except arrow_csv.GeneralPath:
             return None
-        count = sum(len(piece) for piece in lines)
+        count = member.rows = sum(len(piece) for piece in lines)
         positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
         segments += lines
         if len(positions) > max_lines:
@@ -1102,9 +1103,14 @@ def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
     )
 
 
-def _counts(outcome: JobOutcome, loads: int, small: bool) -> list[LoadCounts]:
+def _counts(outcome: JobOutcome, batch: list[_Member], small: bool) -> list[LoadCounts]:
+    """Each member's counts: the group's for a group of one; each member's lines, all loaded, when the group's
+    rowset was folded without a job (`JobOutcome.folded`, an inline source); else its job's per-load metrics."""
+    loads = len(batch)
     if loads == 1:
         return [outcome.counts]
+    if outcome.folded:
+        return [LoadCounts(total=m.rows, loaded=m.rows) for m in batch]
     metrics = outcome.metrics or {}
     if small:  # the loads of the rows of each kind
         per_kind = [Counter(metrics.get(kind) or []) for kind in ("t", "f", "u")]

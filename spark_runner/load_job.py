@@ -33,7 +33,7 @@ from spark_runner.buckets import (
     write_rows,
 )
 from spark_runner.columns import context_cache, named, select_expr, select_named
-from spark_runner.merge import beats, merge_rows
+from spark_runner.merge import beats, latest_rows, merge_rows
 from spark_runner.mow import (
     LOCAL_JOIN,
     STORED_FILE,
@@ -51,7 +51,7 @@ from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
 from tables.load_spec import LoadCounts, MergeType
 from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
-from tables.partitions import NO_PARTITION
+from tables.partitions import NO_PARTITION, PARTITION_COL
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
 from tables.warehouse import Location, name_of
@@ -83,6 +83,7 @@ class JobOutcome:
     metrics: dict[str, Any] | None = None  # the caller's `extra_metrics`, by name (counts, or arrays of counts)
     deletes: list[str] = field(default_factory=list)  # position delete files of the stored rows it supersedes
     paired: bool = False  # decided against the stored rows of its keys in the server's process (`pair`)
+    folded: bool = False  # no job ran: every row was loaded, and the caller's `extra_metrics` were not computed
 
 
 def _field(i: int) -> str:
@@ -716,11 +717,13 @@ def _rowset(
     version: int,
     name: str,
     prepared_rows: DataFrame | None,
+    carried: Sequence[str] | None = None,
 ) -> tuple[DataFrame, DataFrame, Observation | None]:
     """The load's prepared rows (before counting: its error lines come from them; `prepared_rows` when the
     lookup built them already), its rowset (a collected one sorted by key) and the observation of a partial
     update's new keys. `stored_rows`: what `_stored_rows` read. No `observation`: a folded rowset (`_folded_load`),
-    projections and filters alone (no counts, no partitioning, no sort)."""
+    projections and filters alone (no counts, no partitioning, no sort). `carried`: the rows are not merged;
+    these columns of theirs (position, sequence) come along, for the caller's merge (`merge.latest_rows`)."""
     if prepared_rows is None:
         prepared_rows = prepare_rows(source, plan)
     rows = prepared_rows
@@ -749,8 +752,8 @@ def _rowset(
     # a partial update that keeps the stored sequence orders its own rows by position only
     seq = SEQ if table.has_sequence and not plan.inherit_sequence else None
     lines = small_rowset.known_rows(source)
-    if lines is None or lines > 1:  # one row (or none) the merge returns as it is: its aggregate and sort are
-        good = merge_rows(good, table, POS, sequence=seq)  # most of the Spark work of a one-row load
+    if carried is None and (lines is None or lines > 1):  # one row (or none) the merge returns as it is: its
+        good = merge_rows(good, table, POS, sequence=seq)  # aggregate and sort are most of a one-row load's work
     # a small load's rows and the stored rows of its one-column keys (merge-on-write reads those alone; a
     # merge-on-read partial update reads the whole table): a few rows each, joined in one partition
     local = collected and len(keys) == 1 and table.positional
@@ -780,7 +783,7 @@ def _rowset(
     # generated code, so every load would compile it anew (~20 ms of a one-row load)
     decision = [WINS, STORED_FILE, STORED_POS] if lookup else []
     storage = storage_columns(plan, 0 if collected else version)
-    out = stored_select(good, [*storage, *[(name, q(name)) for name in decision]], field_ids)
+    out = stored_select(good, [*storage, *[(name, q(name)) for name in (*decision, *(carried or ()))]], field_ids)
     if BUCKET_COL in field_ids:
         # Spark's writer splits its rows by bucket; the one file a collected rowset becomes holds any bucket
         out = with_bucket(out, table, field_ids[BUCKET_COL], per_bucket=not collected)
@@ -791,9 +794,12 @@ def _rowset(
 
 
 KEYS = "keys"  # the shape key's last part for the chain of a load's keys (`_stored_rows`)
-FOLDED = "folded"  # the shape key's last part for a one-row load's rowset without its counts (`_folded_load`)
+FOLDED = "folded"  # the shape key's last part for a small load's rowset without its counts (`_folded_load`)
 _UNFOLDED = "_sl_unfolded"  # the shapes whose folded rowset Spark still runs as a job (per JVM)
 MAX_UNFOLDED = 1024
+# most rows of a load whose rowset may be folded: Spark's optimizer evaluates the chain row by row, interpreted,
+# where the job's generated code is faster past a few thousand rows
+MAX_FOLDED_ROWS = 4096
 
 
 def _folded_load(
@@ -805,24 +811,41 @@ def _folded_load(
     version: int,
     directory: Location,
     pair: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None,
+    lines: int,
 ) -> JobOutcome | None:
-    """A load of one row whose rowset Spark computes without a job: its chain of projections and filters over the
-    row, without the counts' `observe` node (only a job fills one), is folded by Spark's optimizer into one
-    in-memory relation, which the driver hands out (`arrow_frames.collect_local`). A row that comes back is the
-    load's one row, loaded. None when none comes back (filtered or unselected: the counted job says which, and
-    gives the error line) or when the shape's plan is not folded (remembered per shape): the caller runs the job.
-    `shaped`: the load's shape key and leaves (`prepared`)."""
+    """A small load (`lines` rows, up to `MAX_FOLDED_ROWS`) whose rowset Spark computes without a job: its chain
+    of projections and filters over the rows, without the counts' `observe` node (only a job fills one) and
+    without the merge's aggregate, is folded by Spark's optimizer into one in-memory relation, which the driver
+    hands out (`arrow_frames.collect_local`). When every row comes back, every row was loaded; rows of one key
+    are then merged in the server's process (`merge.latest_rows`, by the positions and sequences carried along).
+    None when a row does not come back (filtered or unselected: the counted job says which, and gives the error
+    lines), when the merge is not a choice of rows, or when the shape's plan is not folded (remembered per
+    shape): the caller runs the job. `shaped`: the load's shape key and leaves (`prepared`)."""
     shape, leaves = shaped
     key = (*shape, FOLDED)
     unfolded = context_cache(_UNFOLDED)
     if unfolded is not None and key in unfolded:
         return None
+    table = plan.table
+    sequence = SEQ if table.has_sequence and not plan.inherit_sequence else None
+    carried = None if lines <= 1 else [POS, *([sequence] if sequence is not None else [])]
     reused = prepared.reuse(spark, key, leaves)
     if reused is not None:
         out = reused[0]
     else:
-        _, out, _ = _rowset(source, plan, None, field_ids, 1, None, False, (), True, version, "", None)
+        _, out, _ = _rowset(source, plan, None, field_ids, 1, None, False, (), True, version, "", None, carried)
     rows = collect_local(out)
+    optional: list[str] = []
+    if rows is not None and carried is not None and rows.num_rows == lines:
+        merged = latest_rows(rows, table, POS, sequence=sequence)  # None: not for this table (its shape)
+        rows = merged.drop_columns(carried) if merged is not None else None
+        if table.is_unique:  # as Spark's merge leaves them (`merge.latest_per_key`: each value of a struct)
+            fixed = {*table.key_columns, VERSION_COL, BUCKET_COL, PARTITION_COL}
+            optional = [c for c in out.columns if c not in fixed]
+    elif rows is not None and rows.num_rows != lines:  # a row filtered or unselected
+        if reused is None:
+            prepared.remember(key, out, "", leaves)
+        return None
     if rows is None:
         if unfolded is not None:
             if len(unfolded) >= MAX_UNFOLDED:
@@ -831,16 +854,16 @@ def _folded_load(
         return None
     if reused is None:
         prepared.remember(key, out, "", leaves)
-    if rows.num_rows != 1:
-        return None
-    files, positions = small_rowset.write_collected(out, directory, version=version, decide=pair, collected=rows)
+    files, positions = small_rowset.write_collected(
+        out, directory, version=version, decide=pair, collected=rows, optional=optional
+    )
     paired = pair is not None and positions is not None
     deletes = []
     if positions is not None:
         written = write_position_deletes(directory, positions)
         deletes = [written] if written else []
-    counts = LoadCounts(total=1, loaded=1)
-    return JobOutcome(counts=counts, files=files, errors=[], deletes=deletes, paired=paired)
+    counts = LoadCounts(total=lines, loaded=lines)
+    return JobOutcome(counts=counts, files=files, errors=[], deletes=deletes, paired=paired, folded=True)
 
 
 def _stored_rows(
@@ -898,7 +921,8 @@ def run_load_job(
     before its job). With `lookup` the load is merged into them (`spark_runner.mow`):
     only the rows that beat the stored ones are written, and the stored rows they beat are named in position
     delete files (`JobOutcome.deletes`). `extra_metrics` are further named aggregates over the prepared rows
-    (group commit counts per load). `pair`: a collected rowset's rows are decided against the stored rows of
+    (group commit counts per load), left uncomputed when no job runs (`JobOutcome.folded`: every row was
+    loaded). `pair`: a collected rowset's rows are decided against the stored rows of
     their keys in the server's process (`mow.pair_rows`, `JobOutcome.paired`) instead.
     """
     table = plan.table
@@ -922,8 +946,8 @@ def run_load_job(
             leaves[prepared.STORED] = stored_leaf
         else:
             shape = None
-    if shape is not None and lines is not None and lines <= 1 and not (stored or lookup or extra_metrics):
-        folded = _folded_load(spark, source, plan, (shape, leaves), field_ids, version, directory, pair)
+    if shape is not None and lines is not None and not (stored or lookup) and 0 < lines <= MAX_FOLDED_ROWS:
+        folded = _folded_load(spark, source, plan, (shape, leaves), field_ids, version, directory, pair, lines)
         if folded is not None:
             return folded
     reused = prepared.reuse(spark, shape, leaves) if shape is not None else None

@@ -17,7 +17,7 @@ Orderings are Spark SQL expressions (text), so building the step costs a handful
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -25,6 +25,9 @@ from pyspark.sql import functions as F
 from spark_runner.columns import select_expr
 from spark_runner.sqltext import q
 from tables.model import TableDef
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def sequence_order(sequence: str | None, tie_breaker: str) -> list[str]:
@@ -65,6 +68,55 @@ def latest_per_key(df: DataFrame, keys: Sequence[str], order: Sequence[str]) -> 
     merged = df.groupBy(*[F.col(q(k)) for k in keys]).agg(F.expr(f"max_by({value}, {ordering})").alias("__w"))
     fields = {c: f"__w.{q(c)} AS {q(c)}" for c in others}
     return select_expr(merged, [fields.get(c, q(c)) for c in columns])
+
+
+def latest_rows(rows: pa.Table, table: TableDef, tie: str, *, sequence: str | None = None) -> pa.Table | None:
+    """`merge_rows` on rows the server holds (a small load's, computed by Spark's optimizer without a job): for
+    each key the row with the largest (sequence is not NULL, sequence, `tie`), as `latest_per_key` keeps it, and
+    a duplicate table's rows as they are; either way in key order (NULL keys first, one key as Spark groups
+    them). None for a merge that is not a choice of rows (aggregate tables, sequence mapping) or a column that
+    pyarrow might not order as Spark does (`_ordered`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.sequence_mapping or not (table.is_unique or table.is_duplicate):
+        return None
+    keys = list(table.key_columns)
+    sequence = sequence if table.is_unique else None
+    compared = [*keys, tie, *([sequence] if sequence is not None else [])]
+    if not all(_ordered(rows.schema.field(c).type) for c in compared):
+        return None
+    present = "__sl_present"
+    ranked = rows
+    order = [(k, "ascending") for k in keys]
+    if sequence is not None:
+        ranked = rows.append_column(present, pc.is_valid(rows.column(sequence)))
+        order += [(present, "ascending"), (sequence, "ascending")]
+    order.append((tie, "ascending"))
+    ranked = ranked.take(pc.sort_indices(ranked, sort_keys=order, null_placement="at_start"))
+    if sequence is not None:
+        ranked = ranked.drop_columns([present])
+    if table.is_duplicate or ranked.num_rows < 2:
+        return ranked
+    same = None  # row i and row i + 1 have one key (NULL equal to NULL, as in a GROUP BY)
+    for k in keys:
+        column = ranked.column(k)
+        before, after = column.slice(0, len(column) - 1), column.slice(1)
+        equal = pc.or_(pc.and_(pc.is_null(before), pc.is_null(after)), pc.fill_null(pc.equal(before, after), False))
+        same = equal if same is None else pc.and_(same, equal)
+    last = pa.concat_arrays([pc.invert(same).combine_chunks(), pa.array([True])])
+    return ranked.filter(last)
+
+
+def _ordered(data_type: pa.DataType) -> bool:
+    """Types whose order (and equality) in pyarrow is Spark's: integers, decimals, dates, timestamps, booleans,
+    strings (by UTF-8 bytes)."""
+    import pyarrow.types as pt
+
+    return any(
+        check(data_type)
+        for check in (pt.is_integer, pt.is_decimal, pt.is_date, pt.is_timestamp, pt.is_boolean, pt.is_string)
+    )
 
 
 def merge_rows(df: DataFrame, table: TableDef, tie: str, *, sequence: str | None = None) -> DataFrame:

@@ -12,7 +12,7 @@ is known to be small.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -56,6 +56,7 @@ def write_collected(
     decision: Sequence[str] = (),
     decide: Callable[[pa.Table], tuple[pa.Table, pa.Table] | None] | None = None,
     collected: pa.Table | None = None,
+    optional: Collection[str] = (),
 ) -> tuple[list[str], pa.Table | None]:
     """Run `out` (the rowset, one partition) and write its rows to a new `directory`, with `version` in
     the version column (the job leaves it 0, so its generated code does not change from load to load);
@@ -63,7 +64,8 @@ def write_collected(
     columns: the row wins, the stored file and row it beats): only winning rows are written. `decide`
     makes that decision in the server's process instead (`mow.pair_rows`: the rows to write and the positions
     to delete, or None when it cannot, and the position delete rows are None). `collected`: the rows of `out`
-    already collected (`arrow_frames.collect_local`): `out` is not run again."""
+    already collected (`arrow_frames.collect_local`): `out` is not run again. `optional`: columns written as
+    nullable whatever `out` says (those a merge in Spark's plan would have made nullable)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -86,7 +88,7 @@ def write_collected(
             pa.field(
                 f.name,
                 f.type,
-                nullable=spark_fields[f.name].nullable,
+                nullable=spark_fields[f.name].nullable or f.name in optional,
                 metadata={FIELD_ID: str(spark_fields[f.name].metadata["parquet.field.id"]).encode()},
             )
             for f in rows.schema

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import DorisClient, serving
 from tests.test_group_commit import assert_group_reply
 
@@ -64,7 +66,17 @@ def concurrent_loads(
         return list(pool.map(load, range(len(bodies))))
 
 
-def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "rows, jobs",
+    [
+        pytest.param(2, 0, id="a-small-group-is-folded-without-a-job"),
+        pytest.param(600, 1, id="a-larger-one-is-one-job"),
+    ],
+)
+def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path, rows: int, jobs: int) -> None:
+    """A group's loads are read and merged together: a group of 16 rows by Spark's optimizer without a job
+    (`load_job._folded_load`, rows of one key merged in the server's process), one of 4,800 rows (past
+    `MAX_FOLDED_ROWS`) by one Spark job; the same rows land either way."""
     # a long interval: every load arrives while the group's first one waits for company; a unique-key table (the
     # default kind, merge-on-write) has the most to do
     with group_server(spark, tmp_path, "sync_mode", "UNIQUE", group_commit_interval_ms=3000) as (doris, _):
@@ -72,14 +84,17 @@ def test_a_group_of_loads_is_one_spark_job(spark: Any, tmp_path: Path) -> None:
             "d", "t", "0,stored\n5,stored\n", {"column_separator": ",", "group_commit": "off_mode"}
         )
         assert stored.json()["Status"] == "Success", stored.text
-        replies = concurrent_loads(doris, [f"{i},v{i}\n{i + 100},w{i}\n" for i in range(8)])
+        # load i: keys i, i + 8, i + 16, ...; each load's last row repeats its first key, which it wins
+        bodies = ["".join(f"{i + 8 * j},v{i}\n" for j in range(rows - 1)) + f"{i},last{i}\n" for i in range(8)]
+        replies = concurrent_loads(doris, bodies)
         for body in replies:
-            assert_group_reply(body, mode="sync_mode", loaded=2)
+            assert_group_reply(body, mode="sync_mode", loaded=rows)
         seen = counters(doris)
         assert seen["groups"] == 1 and seen["loads"] == 8, seen
-        assert seen["spark_jobs"] == 1, f"a group of 8 loads ran {seen['spark_jobs']} Spark jobs"
-        assert len(doris.rows("d", "SELECT k FROM t")) == 16  # keys 0 and 5 replaced
-        assert doris.rows("d", "SELECT v FROM t WHERE k = 5") == [["v5"]]
+        assert seen["spark_jobs"] == jobs, f"a group of 8 loads of {rows} rows ran {seen['spark_jobs']} Spark jobs"
+        assert doris.rows("d", "SELECT count(*) FROM t") == [[8 * (rows - 1)]]  # keys 0 and 5 replaced
+        assert doris.rows("d", "SELECT v FROM t WHERE k = 5") == [["last5"]]
+        assert doris.rows("d", "SELECT count(*) FROM t WHERE v = 'v5'") == [[rows - 2]]
 
 
 def test_a_group_of_one_one_row_load_runs_no_spark_job(spark: Any, tmp_path: Path) -> None:
@@ -221,7 +236,8 @@ def test_appends_made_while_an_fsync_runs_are_synced_together_and_recovered_afte
 
 def test_a_group_past_one_loads_inline_band_is_still_one_inline_source(spark: Any, tmp_path: Path) -> None:
     # 30 loads of 10 lines: 300 lines, past the 256 lines a plain load hands to Spark inline; the group is still
-    # one inline relation (no scan of 30 files), one job, and every load keeps its own counts
+    # one inline relation (no scan of 30 files), folded without a job (`MAX_FOLDED_ROWS`), and every load keeps
+    # its own counts
     loads, lines = 30, 10
     with group_server(spark, tmp_path, "sync_mode", "UNIQUE", group_commit_interval_ms=3000) as (doris, _):
         bodies = ["".join(f"{i * lines + j},v{i}\n" for j in range(lines)) for i in range(loads)]
@@ -231,7 +247,7 @@ def test_a_group_past_one_loads_inline_band_is_still_one_inline_source(spark: An
             assert body["NumberLoadedRows"] == lines and body["NumberTotalRows"] == lines, body
         seen = counters(doris)
         assert seen["groups"] == 1 and seen["loads"] == loads, seen
-        assert seen["inline_groups"] == 1 and seen["spark_jobs"] == 1, seen
+        assert seen["inline_groups"] == 1 and seen["spark_jobs"] == 0, seen
         assert doris.rows("d", "SELECT count(*) FROM t") == [[loads * lines]]
 
 

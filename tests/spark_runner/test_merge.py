@@ -308,3 +308,78 @@ def test_order_key_puts_a_null_sequence_lowest_and_breaks_ties_by_version() -> N
     assert max([(None, 9), (3, 1), (3, 2), (1, 8)], key=lambda r: order_key(*r)) == (3, 2)
     assert max([(None, 1), (None, 2)], key=lambda r: order_key(*r)) == (None, 2)
     assert max([(None, 9), (-5, 1)], key=lambda r: order_key(*r)) == (-5, 1)
+
+
+def table_of(keys_type: str, keys: tuple[str, ...] = ("a", "b"), **extra: Any) -> Any:
+    from tables.model import ColumnDef, KeysType, TableDef
+    from tables.types import DorisType
+
+    columns = (
+        ColumnDef(name="a", type=DorisType(name="INT"), is_key=True),
+        ColumnDef(name="b", type=DorisType(name="VARCHAR", length=8), is_key=True),
+        ColumnDef(name="v", type=DorisType(name="VARCHAR", length=8)),
+        ColumnDef(name="s", type=DorisType(name="INT")),
+    )
+    return TableDef(db="d", name="t", keys_type=KeysType[keys_type], columns=columns, key_columns=keys, **extra)
+
+
+@st.composite
+def keyed_loads(draw: st.DrawFn) -> list[tuple[int | None, str | None, str, int | None, int]]:
+    """Rows of a small load: composite keys with NULLs, sequences with NULLs and ties, positions in any order."""
+    cells = draw(
+        st.lists(
+            st.tuples(
+                st.one_of(st.none(), st.integers(-1, 2)),
+                st.one_of(st.none(), st.sampled_from(["", "x", "y", "é"])),
+                st.one_of(st.none(), st.integers(-2, 2)),
+            ),
+            max_size=16,
+        )
+    )
+    positions = draw(st.permutations(range(len(cells))))
+    return [(a, b, f"v{p}", s, p) for (a, b, s), p in zip(cells, positions, strict=True)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=keyed_loads(), sequenced=st.booleans())
+def test_the_merge_in_the_servers_process_keeps_the_rows_spark_keeps(spark, rows, sequenced) -> None:  # type: ignore[no-untyped-def]
+    """`latest_rows` (a folded small load's merge, pyarrow) keeps the rows `merge_rows` keeps (Spark), in key
+    order: NULL keys grouped and first, the sequence's NULL lowest, ties to the later position."""
+    import pyarrow as pa
+
+    from spark_runner.merge import latest_rows, merge_rows
+
+    table = table_of("UNIQUE")
+    schema = "a INT, b STRING, v STRING, s INT, pos BIGINT"
+    sequence = "s" if sequenced else None
+    arrow = pa.table(
+        {
+            name: pa.array([r[i] for r in rows], kind)
+            for i, (name, kind) in enumerate(
+                [("a", pa.int32()), ("b", pa.string()), ("v", pa.string()), ("s", pa.int32()), ("pos", pa.int64())]
+            )
+        }
+    )
+    kept = latest_rows(arrow, table, "pos", sequence=sequence)
+    assert kept is not None
+    expected = merge_rows(spark.createDataFrame(rows, schema), table, "pos", sequence=sequence).collect()
+    assert sorted(map(str, kept.to_pylist())) == sorted(str(r.asDict()) for r in expected)
+    keys = [(r["a"] is not None, r["a"] or 0, r["b"] is not None, r["b"] or "") for r in kept.to_pylist()]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+
+
+def test_the_merge_in_the_servers_process_is_only_a_choice_of_rows() -> None:
+    """Aggregate tables and sequence mapping merge values, not rows: `latest_rows` leaves them to Spark (None);
+    a duplicate table's rows are all kept, in key order."""
+    import pyarrow as pa
+
+    from spark_runner.merge import latest_rows
+
+    rows = pa.table({"a": [2, 1, 2], "b": ["x", "x", "x"], "v": ["p", "q", "r"], "s": [1, 2, 3], "pos": [0, 1, 2]})
+    assert latest_rows(rows, table_of("AGGREGATE"), "pos") is None
+    mapped = table_of("UNIQUE", sequence_mapping={"s": ("v",)})
+    assert latest_rows(rows, mapped, "pos", sequence="s") is None
+    kept = latest_rows(rows, table_of("DUPLICATE"), "pos")
+    assert kept is not None and kept.column("v").to_pylist() == ["q", "p", "r"]
+    floats = rows.set_column(3, "s", pa.array([1.0, 2.0, 3.0]))
+    assert latest_rows(floats, table_of("UNIQUE"), "pos", sequence="s") is None  # NaN: Spark's order is its own

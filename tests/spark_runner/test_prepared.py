@@ -70,9 +70,13 @@ def test_loads_of_one_shape_reuse_its_plan_with_their_own_rows_counts_and_errors
     assert deleted["Status"] == "Success" and reused[-1] == ("folded", False)
     assert doris.rows(db, "SELECT k, v, s FROM p ORDER BY k") == [[1, "a", 5], [3, "E", 1], [4, "F", 1]]
 
-    two = load("5,g,1\n5,h,2\n")  # two rows are merged in the job: another plan, counted
-    assert two["Status"] == "Success" and reused[-1] == ("counted", False)
+    two = load("5,g,1\n5,h,2\n")  # two rows of one key: folded too (a plan of their own), merged in the server
+    assert two["Status"] == "Success" and reused[-1] == ("folded", False)
     assert doris.rows(db, "SELECT v FROM p WHERE k = 5") == [["h"]]
+    del reused[:]
+    mixed = load("6,i,1\ny,j,2\n", max_filter_ratio="1")  # a row filtered: the counted plan of that shape
+    assert reused == [("folded", True), ("counted", False)]
+    assert (mixed["Status"], mixed["NumberTotalRows"], mixed["NumberFilteredRows"]) == ("Success", 2, 1), mixed
 
 
 def test_merge_on_write_loads_reuse_their_plan_with_the_stored_rows_of_their_own_keys(
