@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from pyspark.storagelevel import StorageLevel
 
 from spark_runner import arrow_csv, prepared, small_rowset
-from spark_runner.arrow_frames import arrow_frame, collect_local
+from spark_runner.arrow_frames import arrow_frame, collect_local, relation_rows
 from spark_runner.buckets import (
     bucket_sql,
     stored_values,
@@ -834,7 +834,8 @@ def _folded_load(
         out = reused[0]
     else:
         _, out, _ = _rowset(source, plan, None, field_ids, 1, None, False, (), True, version, "", None, carried)
-    rows = collect_local(out)
+    relation = prepared.folded_relation(out)
+    rows = relation_rows(relation, out.schema) if relation is not None else collect_local(out)
     optional: list[str] = []
     if rows is not None and carried is not None and rows.num_rows == lines:
         merged = latest_rows(rows, table, POS, sequence=sequence)  # None: not for this table (its shape)
@@ -844,7 +845,7 @@ def _folded_load(
             optional = [c for c in out.columns if c not in fixed]
     elif rows is not None and rows.num_rows != lines:  # a row filtered or unselected
         if reused is None:
-            prepared.remember(key, out, "", leaves)
+            prepared.remember(key, out, "", leaves, folded=True)
         return None
     if rows is None:
         if unfolded is not None:
@@ -853,7 +854,7 @@ def _folded_load(
             unfolded[key] = True
         return None
     if reused is None:
-        prepared.remember(key, out, "", leaves)
+        prepared.remember(key, out, "", leaves, folded=True)
     files, positions = small_rowset.write_collected(
         out, directory, version=version, decide=pair, collected=rows, optional=optional
     )

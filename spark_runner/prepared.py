@@ -45,9 +45,19 @@ from spark_runner.planning import LoadPlan
 
 MAX_PLANS = 256
 LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
+# the nodes a plan may have above its leaves to be kept optimized and folded per load (`remember(folded=True)`):
+# their optimization never depends on the rows (no aggregate, sort, limit or join, whose rules read a relation's
+# row count)
+FOLDABLE = {"org.apache.spark.sql.catalyst.plans.logical.Project", "org.apache.spark.sql.catalyst.plans.logical.Filter"}
+CONVERT_TO_LOCAL = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
+EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
+CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
+SESSION = "org.apache.spark.sql.classic.SparkSession"
 _ATTR = "_sl_prepared"
 _LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation alone
 _MEMBERS = "_sl_prepared_members"  # the JVM's class and methods `reuse` calls (`_members`), per JVM
+_FOLDED = "_sl_folded"  # on a rowset `reuse` folded: its relation
+_RULE = "_sl_prepared_fold"  # the optimizer's rule `ConvertToLocalRelation` and the session class, per JVM
 _LOCK = threading.Lock()
 # fields of a request that change no step of its job (the transaction's and the reply's)
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
@@ -62,9 +72,11 @@ Tree = tuple[Any, tuple["Tree", ...]] | tuple[str, Any]
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    tree: Tree  # the analyzed plan, its leaves by role
+    tree: Tree  # the analyzed plan, its leaves by role (folded: the optimized plan, unfolded)
     name: str  # the suffix of its `CollectMetrics` nodes' names (the first build's)
     schema: StructType  # its output's (the JVM is not asked again for each load)
+    folds: int = 0  # a folded plan: how many passes of `ConvertToLocalRelation` fold it into one relation
+    session: Any = None  # a folded plan: the JVM session its passes run in (`_optimized_unfolded`)
 
 
 class _Deferred(ClassicFrame):
@@ -123,9 +135,16 @@ class _NotReusable(Exception):
     pass
 
 
-def remember(key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[str, DataFrame]) -> None:
+def remember(
+    key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[str, DataFrame], *, folded: bool = False
+) -> None:
     """Keep the analyzed plan of `out` (a load's rowset, built fresh) for the next loads of its shape, if it is
-    deterministic and each of its leaves is one of the in-memory relations `leaves` names by role."""
+    deterministic and each of its leaves is one of the in-memory relations `leaves` names by role.
+
+    `folded`: a rowset Spark's optimizer folds into one in-memory relation (`load_job._folded_load`). Its plan is
+    kept optimized, without that folding (`_optimized_unfolded`), when it holds only projections and filters:
+    each next load then folds its own rows through it (`reuse`) instead of optimizing the whole chain again, the
+    largest part of a one-row load's time in the JVM. Otherwise its analyzed plan is kept, as for any load."""
     plans = _plans()
     if plans is None or key in plans:
         return
@@ -138,6 +157,11 @@ def remember(key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[st
         if relation.getClass().getName() != LOCAL_RELATION or relation.output().isEmpty():
             return
         roles[_first_id(relation)] = role
+    folds, session = 0, None
+    if folded:
+        optimized = _optimized_unfolded(out, root)
+        if optimized is not None:
+            root, folds, session = optimized
 
     def walk(node: Any) -> Tree:
         children = node.children()
@@ -160,12 +184,66 @@ def remember(key: tuple[Any, ...], out: DataFrame, name: str, leaves: Mapping[st
     with _LOCK:
         if len(plans) >= MAX_PLANS:
             plans.clear()
-        plans[key] = Prepared(tree, name, out.schema)
+        plans[key] = Prepared(tree, name, out.schema, folds, session)
+
+
+def _optimized_unfolded(out: DataFrame, analyzed: Any) -> tuple[Any, int, Any] | None:
+    """The plan of `out` optimized as Spark optimizes it, except that its in-memory relation is not folded
+    through it (`ConvertToLocalRelation` left out, in a clone of the session: same settings otherwise), how many
+    passes of that rule then fold it whole, and the session they run in (`_folded`); None when it is not made of
+    projections and filters alone (in the analyzed plan and in the optimized one) over one relation, or when its
+    own rows do not fold."""
+    if not _projections_only(analyzed):
+        return None
+    session = out.sparkSession._jsparkSession.cloneSession()
+    conf = session.conf()
+    conf.set(EXCLUDED_RULES, ",".join(r for r in (conf.get(EXCLUDED_RULES, ""), CONVERT_TO_LOCAL) if r))
+    # a filter's pass would generate the Java code of its condition for every load (a cache hit, after ~5 ms of
+    # generating it): the few rows of a load are evaluated interpreted, as the rule does a projection's
+    conf.set(CODEGEN_FACTORY_MODE, "NO_CODEGEN")
+    optimized = _members()[3](session, analyzed).queryExecution().optimizedPlan()
+    if not _projections_only(optimized):
+        return None
+    folds, node = 0, optimized
+    while node.children().size():
+        folds, node = folds + 1, node.children().apply(0)
+    if _folded(optimized, folds, session).getClass().getName() != LOCAL_RELATION:
+        return None
+    return optimized, folds, session
+
+
+def _projections_only(node: Any) -> bool:
+    """Whether the plan is a chain of projections and filters over one in-memory relation."""
+    while True:
+        children = node.children()
+        if children.size() == 0:
+            return bool(node.getClass().getName() == LOCAL_RELATION)
+        if children.size() != 1 or node.getClass().getName() not in FOLDABLE:
+            return False
+        node = children.apply(0)
+
+
+def _folded(plan: Any, folds: int, session: Any) -> Any:
+    """`plan` after `folds` passes of `ConvertToLocalRelation` (each folds at least its lowest node), run with
+    `session` the thread's active one in the JVM (the settings the rule reads), as it was before afterwards."""
+    rule, sessions = per_jvm(_RULE, lambda: (java_class(CONVERT_TO_LOCAL), java_class(SESSION)))
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(session)
+    try:
+        for _ in range(folds):
+            plan = rule.apply(plan)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
+    return plan
 
 
 def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFrame]) -> tuple[DataFrame, str] | None:
     """The rowset of a load of a known shape over the rows of `leaves` (in-memory relations by role), analyzed
-    already, and the suffix of its counts' names; None for a shape not seen yet."""
+    already (a folded plan: folded already, one in-memory relation), and the suffix of its counts' names; None for
+    a shape not seen yet."""
     plans = _plans()
     found = plans.get(key) if plans is not None else None
     if found is None:
@@ -184,11 +262,20 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFr
         return head.withNewChildren(to_seq(list_of(*[build(child) for child in rest])))
 
     root = build(found.tree)
+    if found.folds:
+        root = _folded(root, found.folds, found.session)
     root.setAnalyzed()  # a no-op, unless a copy came out unmarked: then it marks the whole tree
     dataset = of_rows(spark._jsparkSession, root)
     frame = DataFrame(dataset, spark)
     frame._schema = found.schema
+    if found.folds:
+        setattr(frame, _FOLDED, root)
     return frame, found.name
+
+
+def folded_relation(frame: DataFrame) -> Any | None:
+    """The in-memory relation (JVM) a folded plan reused for `frame` came out as (`reuse`), else None."""
+    return getattr(frame, _FOLDED, None)
 
 
 def _members() -> tuple[Any, Any, Any, Any]:
