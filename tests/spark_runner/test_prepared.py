@@ -184,3 +184,65 @@ def test_a_reused_plan_is_rebuilt_in_three_round_trips_a_node(spark: Any) -> Non
     assert found[0].schema.names == ["s", "k3"]
     # per inner node: the list of its children, as a Scala Seq, and the copy; the leaf: its rows and a new relation
     assert sent[0] <= 3 * nodes(tree) + 6, (sent[0], nodes(tree))
+
+
+def test_a_folded_plan_folds_each_loads_rows_as_the_optimizer_would(spark: Any) -> None:
+    """A chain of projections and filters over a load's rows (`load_job._folded_load`) is kept optimized and not
+    folded; each next load of its shape folds its own rows through it and reads them from the JVM as Arrow: the
+    same rows, values and types as Spark's own query over those rows, which optimizes the whole chain again. A
+    chain with an aggregate is kept analyzed only (its optimization may read the rows' count)."""
+    import datetime as dt
+    import decimal
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from spark_runner.arrow_frames import arrow_frame, relation_rows
+
+    schema = T.StructType([T.StructField("k", T.StringType()), T.StructField("v", T.StringType())])
+    session = spark.newSession()  # a zone of its own: the passes run with the load's session settings
+    session.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+
+    def leaf(rows: list[tuple[str | None, str | None]]) -> Any:
+        table = pa.table({"k": [r[0] for r in rows], "v": [r[1] for r in rows]})
+        return arrow_frame(session, table, schema)
+
+    def chain(source: Any) -> Any:
+        out = source.selectExpr(
+            "try_cast(k AS BIGINT) AS k",
+            "CASE WHEN v RLIKE '^[0-9]+[.][0-9]+$' THEN try_cast(v AS DECIMAL(9,2)) END AS d",
+            "upper(v) AS u",
+            "CAST(CAST(concat('2024-03-01 ', coalesce(k, '0'), ':30:00') AS TIMESTAMP) AS DATE) AS day",
+        )
+        return out.where("k IS NOT NULL AND k < 100").selectExpr("k * 2 AS k2", "d", "concat(u, '/', k) AS s", "day")
+
+    first = leaf([("1", "1.50")])
+    key = ("test_folded_plan", str(first.schema))
+    prepared.remember(key, chain(first), "", {prepared.LOAD: first}, folded=True)
+    assert prepared._plans()[key].folds > 0  # type: ignore[index]
+
+    rows = [("7", "2.25"), ("x", "1.00"), ("300", "3.00"), (None, None), ("23", "ü-ß"), ("4", None)]
+    second = leaf(rows)
+    found = prepared.reuse(session, key, {prepared.LOAD: second})
+    assert found is not None
+    relation = prepared.folded_relation(found[0])
+    assert relation is not None
+    got = relation_rows(relation, found[0].schema)
+    assert got is not None
+    expected = chain(leaf(rows)).toArrow()  # Spark's own query, optimized whole
+    assert got.schema.types == expected.schema.types
+    assert (
+        got.to_pylist()
+        == expected.to_pylist()
+        == [
+            {"k2": 14, "d": decimal.Decimal("2.25"), "s": "2.25/7", "day": dt.date(2024, 3, 1)},
+            {"k2": 46, "d": None, "s": "Ü-SS/23", "day": dt.date(2024, 3, 1)},
+            {"k2": 8, "d": None, "s": None, "day": dt.date(2024, 3, 1)},
+        ]
+    )
+
+    grouped = ("test_folded_plan_grouped", str(first.schema))
+    prepared.remember(grouped, chain(first).groupBy("s").count(), "", {prepared.LOAD: first}, folded=True)
+    assert prepared._plans()[grouped].folds == 0  # type: ignore[index]
+    again = prepared.reuse(session, grouped, {prepared.LOAD: leaf(rows)})
+    assert again is not None and prepared.folded_relation(again[0]) is None
