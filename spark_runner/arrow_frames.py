@@ -15,7 +15,9 @@ encryption (the rows then go through a socket).
 A rowset that Spark's optimizer computes on the driver needs no job at all (`collect_local`): a chain of projections
 and filters over an in-memory relation is folded into one (`ConvertToLocalRelation`), whose rows the driver hands
 out as they are (`LocalTableScanExec.executeCollect`). `toArrow` still runs a job over them (one task: ~45 ms of a
-one-row load on 2 cores, most of its Spark time); PySpark's `collect` (`collectToPython`) does not.
+one-row load on 2 cores, most of its Spark time); PySpark's `collect` (`collectToPython`) does not. A relation
+folded already (`prepared.reuse`) needs no query at all: the JVM writes its rows as one Arrow stream
+(`relation_rows`).
 
 A small DataFrame's rows come back (`collect_arrow`) as `DataFrame.toArrow` brings them, without what it does
 besides: two settings read through a Java list, the schema asked of the JVM again, and the call site set in the

@@ -19,6 +19,11 @@ misses only costs a fresh build; a shape that changes (a schema change makes a n
 new key. The plans live on the `SparkContext` whose JVM holds them, as the columns of `spark_runner.columns`
 do: a JVM replaced after a crash starts with none. At most `MAX_PLANS`; past that the cache starts over.
 
+A rowset that Spark's optimizer folds into one in-memory relation (`load_job._folded_load`) is kept optimized
+rather than analyzed, when it is projections and filters alone: the optimizer ran once, without the rule that
+folds (`ConvertToLocalRelation`), in a clone of the load's session; each next load folds its own rows through it
+with that rule alone (`reuse`, `folded_relation`), and reads them as Arrow (`arrow_frames.relation_rows`).
+
 The load's counts come from the plan's `observe` nodes (`CollectMetrics`), read from the query execution of
 each run by the names the first build gave them (`Prepared.name`).
 
