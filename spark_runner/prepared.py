@@ -62,7 +62,7 @@ _ATTR = "_sl_prepared"
 _LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation alone
 _MEMBERS = "_sl_prepared_members"  # the JVM's class and methods `reuse` calls (`_members`), per JVM
 _FOLDED = "_sl_folded"  # on a rowset `reuse` folded: its relation
-_RULE = "_sl_prepared_fold"  # the optimizer's rule `ConvertToLocalRelation` and the session class, per JVM
+_RULE = "_sl_prepared_fold"  # `_fold_members`, per JVM
 _LOCK = threading.Lock()
 # fields of a request that change no step of its job (the transaction's and the reply's)
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
@@ -231,18 +231,25 @@ def _projections_only(node: Any) -> bool:
 def _folded(plan: Any, folds: int, session: Any) -> Any:
     """`plan` after `folds` passes of `ConvertToLocalRelation` (each folds at least its lowest node), run with
     `session` the thread's active one in the JVM (the settings the rule reads), as it was before afterwards."""
-    rule, sessions = per_jvm(_RULE, lambda: (java_class(CONVERT_TO_LOCAL), java_class(SESSION)))
-    active = sessions.getActiveSession()
-    sessions.setActiveSession(session)
+    apply, get_active, set_active, clear_active = per_jvm(_RULE, _fold_members)
+    active = get_active()
+    set_active(session)
     try:
         for _ in range(folds):
-            plan = rule.apply(plan)
+            plan = apply(plan)
     finally:
         if active.isDefined():
-            sessions.setActiveSession(active.get())
+            set_active(active.get())
         else:
-            sessions.clearActiveSession()
+            clear_active()
     return plan
+
+
+def _fold_members() -> tuple[Any, Any, Any, Any]:
+    """The rule's `apply` and the session's static `getActiveSession`, `setActiveSession` and
+    `clearActiveSession`, looked up once per JVM (py4j asks the JVM about a member each time it is named)."""
+    rule, sessions = java_class(CONVERT_TO_LOCAL), java_class(SESSION)
+    return rule.apply, sessions.getActiveSession, sessions.setActiveSession, sessions.clearActiveSession
 
 
 def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFrame]) -> tuple[DataFrame, str] | None:

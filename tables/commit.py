@@ -943,6 +943,7 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
         hidden = write_position_deletes(pending.directory, tombstone_positions(pending.files, DELETE_SIGN))
         deletes += [hidden] if hidden else []
     placed: list[tuple[str, Partition]] = []
+    added: list[DataFile] = []
     if deletes:
         table = handle.iceberg
         added = [parquet_file_to_data_file(table.io, table.metadata, path) for path in pending.files]
@@ -957,8 +958,12 @@ def _append(handle: TableHandle, pending: PendingRowset, version: int) -> None:
                     tx.add_files(pending.files, snapshot_properties=summary, check_duplicate_files=False)
                 else:
                     with RowDelta(tx, summary) as delta:
-                        for path in pending.files:
-                            delta.add(parquet_file_to_data_file(tx._table.io, tx.table_metadata, path))
+                        if attempt:  # after a refresh: the files' entries under the table's metadata as it is now
+                            added = [
+                                parquet_file_to_data_file(tx._table.io, tx.table_metadata, p) for p in pending.files
+                            ]
+                        for data_file in added:
+                            delta.add(data_file)
                         for path, partition in placed:
                             delta.add(delete_file_entry(path, partition))
             return
