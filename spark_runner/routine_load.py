@@ -484,6 +484,9 @@ class RoutineLoadManager:
         if counts.error_url:
             job.error_log_urls = (job.error_log_urls + [counts.error_url])[-3:]
         if over and job.state in (JobState.RUNNING, JobState.NEED_SCHEDULE):
+            # the batch's counts are stored before the pause they cause: SHOW ROUTINE LOAD never shows the job
+            # PAUSED for too many error rows with a statistic that does not have them yet
+            self._save(job)
             self._set_state(job, JobState.PAUSED, error_reason(TOO_MANY_FAILURE_ROWS_ERR, TOO_MANY_ERRORS))
 
     def _aborted(self, job_id: int, message: str) -> bool:
