@@ -64,7 +64,7 @@ from spark_runner import arrow_csv, small_rowset
 from spark_runner.columns import named
 from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, inline_fields, prepare_rows
 from spark_runner.planning import plan_load
-from spark_runner.service import ABANDON_GRACE_S, LoadService, PreparedLoad, run_rowset, staged_source
+from spark_runner.service import ABANDON_GRACE_S, DaemonWorkers, LoadService, PreparedLoad, run_rowset, staged_source
 from tables.catalog import TableHandle
 from tables.commit import table_identity
 from tables.csv_dialect import CsvDialect
@@ -382,10 +382,7 @@ class _Worker:
                 return
             started = time.monotonic()
             run = _GroupRun()
-            thread = threading.Thread(
-                target=self._commit, args=(batch, run), name=f"{self.thread.name}-job", daemon=True
-            )
-            thread.start()
+            self.owner.jobs.submit(lambda batch=batch, run=run: self._commit(batch, run))
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
             ended = time.monotonic()
@@ -431,7 +428,8 @@ class _Worker:
         return batch
 
     def _commit(self, batch: list[_Member], run: _GroupRun) -> None:
-        """One group, on a thread of its own: the worker waits for it only until the group's deadline."""
+        """One group, on a thread of `GroupCommitter.jobs`: the worker waits for it only until the group's
+        deadline."""
         try:
             self.owner.commit_group(batch, run)
         except Exception as exc:  # a bug: every member still gets a Doris-shaped Fail
@@ -496,6 +494,9 @@ class GroupCommitter:
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
         self._workers: dict[tuple[str, str, str], _Worker] = {}
+        # each group runs on a thread of its own, so that its worker can abandon it at its deadline; threads are
+        # reused: a new Python thread is a new Py4J connection and JVM thread for its first Spark call (~1.5 ms)
+        self.jobs = DaemonWorkers("group-commit-job")
         self.counters: Counter[str] = Counter({"groups": 0, "loads": 0, "spark_jobs": 0, "inline_groups": 0})
         self._guard = threading.Lock()
 

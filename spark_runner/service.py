@@ -116,7 +116,7 @@ class LoadService:
         self.error_log_dir = error_log_dir
         # read too: where an earlier release (or layout) wrote them, until they expire
         self.error_log_dirs = list(dict.fromkeys([error_log_dir, *old_error_log_dirs]))
-        self._workers = _DaemonWorkers("load-job")
+        self._workers = DaemonWorkers("load-job")
         self._big = 0  # loads past `PARTITION_BYTES` whose job is running
         self._big_lock = threading.Lock()
         error_log_dir.mkdir(parents=True, exist_ok=True)
@@ -537,7 +537,7 @@ def _base(prepared: PreparedLoad, load_bytes: int, receive_ms: int) -> dict[str,
     )
 
 
-class _DaemonWorkers:
+class DaemonWorkers:
     """Threads that run load jobs, reused when idle, one more started when none is.
 
     Daemon threads, unlike `ThreadPoolExecutor`'s (joined at interpreter exit): a job abandoned in a
