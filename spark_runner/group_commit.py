@@ -39,6 +39,7 @@ aborted.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -382,7 +383,7 @@ class _Worker:
                 return
             started = time.monotonic()
             run = _GroupRun()
-            self.owner.jobs.submit(lambda batch=batch, run=run: self._commit(batch, run))
+            self.owner.jobs.submit(functools.partial(self._commit, batch, run))
             if not run.done.wait(group_wait(batch)):
                 self.owner.abandon_group(batch, run)
             ended = time.monotonic()
