@@ -40,7 +40,7 @@ from pyspark.sql.pandas.serializers import ArrowCollectSerializer, ArrowStreamSe
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.util import _load_from_socket
 
-from spark_runner.columns import java_class, per_jvm
+from spark_runner.columns import internals_missing, java_class, per_jvm
 
 BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default: one partition per batch
 _UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
@@ -124,20 +124,26 @@ def collect_local(frame: DataFrame) -> pa.Table | None:
 
 def relation_rows(relation: Any, schema: T.StructType) -> pa.Table | None:
     """The rows of `relation` (a JVM `LocalRelation` of `schema`, folded already: `prepared.reuse`) as
-    `collect_local` returns them, with no query at all: the JVM writes them as one Arrow stream
-    (`ArrowConverters`, as `toArrow` does on an executor) and hands its bytes over. A query over the relation,
-    however small, costs its optimizer, its planner and an execution of its own with its listeners' events and a
-    socket for its rows: ~18 ms of a one-row load on 2 cores. None for a schema `collect_local` refuses."""
+        `collect_local` returns them, with no query at all: the JVM writes them as one Arrow stream
+        (`ArrowConverters`, as `toArrow` does on an executor) and hands its bytes over. A query over the relation,
+        however small, costs its optimizer, its planner and an execution of its own with its listeners' events and a
+        socket for its rows: ~18 ms of a one-row load on 2 cores. None for a schema `collect_local` refuses, and when
+    this Spark has no such converter (`columns.internals_missing`)."""
     arrow_schema, _ = _arrow_schema(schema, schema.json())
     if any(_has_timestamp(field.dataType, zoned_only=True) for field in schema.fields):
         return None
-    converters = per_jvm(_CONVERTERS, lambda: getattr(java_class(_ARROW_CONVERTERS), "MODULE$"))
-    streams = converters.toBatchWithSchemaIterator(
-        relation.data().iterator(), relation.schema(), BATCH_ROWS, -1, "UTC", True, False
-    )
     tables = []
-    while streams.hasNext():
-        tables.append(pa.ipc.open_stream(bytes(streams.next())).read_all())
+    try:
+        converters = per_jvm(_CONVERTERS, lambda: getattr(java_class(_ARROW_CONVERTERS), "MODULE$"))
+        streams = converters.toBatchWithSchemaIterator(
+            relation.data().iterator(), relation.schema(), BATCH_ROWS, -1, "UTC", True, False
+        )
+        while streams.hasNext():
+            tables.append(pa.ipc.open_stream(bytes(streams.next())).read_all())
+    except Exception as exc:  # a Spark whose `ArrowConverters` differs: the caller collects the rows otherwise
+        if not internals_missing(exc):
+            raise
+        return None
     if not tables:
         return arrow_schema.empty_table()
     try:

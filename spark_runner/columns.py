@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -65,6 +66,13 @@ def java_class(name: str) -> Any:
     context = SparkContext._active_spark_context
     assert context is not None, "JVM classes are looked up in a running SparkContext"
     return JavaClass(name, context._gateway._gateway_client)  # type: ignore[union-attr]
+
+
+def internals_missing(exc: Exception) -> bool:
+    """Whether `exc` says a JVM class or method py4j was asked for is not there (a Spark whose internal classes
+    differ from the release this code was written against), rather than an exception the JVM threw or a lost
+    JVM: the caller then takes a path of public APIs."""
+    return isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError | Py4JNetworkError)
 
 
 def _cache() -> dict[tuple[Any, ...], Any] | None:

@@ -835,7 +835,9 @@ def _folded_load(
     else:
         _, out, _ = _rowset(source, plan, None, field_ids, 1, None, False, (), True, version, "", None, carried)
     relation = prepared.folded_relation(out)
-    rows = relation_rows(relation, out.schema) if relation is not None else collect_local(out)
+    rows = relation_rows(relation, out.schema) if relation is not None else None
+    if rows is None:
+        rows = collect_local(out)
     optional: list[str] = []
     if rows is not None and carried is not None and rows.num_rows == lines:
         merged = latest_rows(rows, table, POS, sequence=sequence)  # None: not for this table (its shape)

@@ -24,6 +24,11 @@ rather than analyzed, when it is projections and filters alone: the optimizer ra
 folds (`ConvertToLocalRelation`), in a clone of the load's session; each next load folds its own rows through it
 with that rule alone (`reuse`, `folded_relation`), and reads them as Arrow (`arrow_frames.relation_rows`).
 
+All of this names Spark's internal classes and methods (`LocalRelation`, `Dataset.ofRows`, the optimizer's rule,
+`ArrowConverters`), which a Spark release may rename or change. A call that finds no such class or method (py4j's
+`Py4JError`, not an exception the JVM threw) turns the reuse off for that JVM, with a warning in the log: every
+load then builds its plan afresh, as a load of a new shape does (`internals_missing`).
+
 The load's counts come from the plan's `observe` nodes (`CollectMetrics`), read from the query execution of
 each run by the names the first build gave them (`Prepared.name`).
 
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,8 +51,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
 from pyspark.sql.types import StructType
 
-from spark_runner.columns import context_cache, java_class, per_jvm
+from spark_runner.columns import context_cache, internals_missing, java_class, per_jvm
 from spark_runner.planning import LoadPlan
+
+log = logging.getLogger(__name__)
 
 MAX_PLANS = 256
 LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
@@ -63,6 +71,7 @@ _LEAF = "_sl_leaf"  # on a small source: the DataFrame of its in-memory relation
 _MEMBERS = "_sl_prepared_members"  # the JVM's class and methods `reuse` calls (`_members`), per JVM
 _FOLDED = "_sl_folded"  # on a rowset `reuse` folded: its relation
 _RULE = "_sl_prepared_fold"  # `_fold_members`, per JVM
+_OFF = ("internals missing",)  # in a JVM's plans: its Spark lacks an internal member this module calls
 _LOCK = threading.Lock()
 # fields of a request that change no step of its job (the transaction's and the reply's)
 PER_LOAD = {"label": "", "comment": "", "timeout_s": 0, "max_filter_ratio": 0.0, "two_phase_commit": False}
@@ -128,7 +137,19 @@ def shape_key(plan: LoadPlan, leaf: DataFrame, *parts: Any) -> tuple[Any, ...]:
 
 
 def _plans() -> dict[tuple[Any, ...], Prepared] | None:
-    return context_cache(_ATTR)
+    plans: dict[tuple[Any, ...], Any] | None = context_cache(_ATTR)
+    return None if plans is None or _OFF in plans else plans
+
+
+def _turn_off(exc: Exception) -> None:
+    """No plan is kept or reused in this JVM any more (`internals_missing`)."""
+    plans = context_cache(_ATTR)
+    if plans is None:
+        return
+    with _LOCK:
+        plans.clear()
+        plans[_OFF] = True
+    log.warning("plans are no longer reused in this JVM: this Spark lacks an internal member they need: %s", exc)
 
 
 def _first_id(relation: Any) -> int:
@@ -153,14 +174,31 @@ def remember(
     plans = _plans()
     if plans is None or key in plans:
         return
+    try:
+        kept = _kept(out, name, leaves, folded=folded)
+    except Exception as exc:
+        if not internals_missing(exc):
+            raise
+        _turn_off(exc)
+        return
+    if kept is None:
+        return
+    with _LOCK:
+        if len(plans) >= MAX_PLANS:
+            plans.clear()
+        plans[key] = kept
+
+
+def _kept(out: DataFrame, name: str, leaves: Mapping[str, DataFrame], *, folded: bool) -> Prepared | None:
+    """What `remember` keeps of `out`, or None when its plan does not qualify."""
     root = out._jdf.queryExecution().analyzed()
     if not root.deterministic():
-        return
+        return None
     roles = {}
     for role, frame in leaves.items():
         relation = frame._jdf.queryExecution().analyzed()
         if relation.getClass().getName() != LOCAL_RELATION or relation.output().isEmpty():
-            return
+            return None
         roles[_first_id(relation)] = role
     folds, session = 0, None
     if folded:
@@ -185,11 +223,8 @@ def remember(
     try:
         tree = walk(root)
     except _NotReusable:
-        return
-    with _LOCK:
-        if len(plans) >= MAX_PLANS:
-            plans.clear()
-        plans[key] = Prepared(tree, name, out.schema, folds, session)
+        return None
+    return Prepared(tree, name, out.schema, folds, session)
 
 
 def _optimized_unfolded(out: DataFrame, analyzed: Any) -> tuple[Any, int, Any] | None:
@@ -260,6 +295,16 @@ def reuse(spark: SparkSession, key: tuple[Any, ...], leaves: Mapping[str, DataFr
     found = plans.get(key) if plans is not None else None
     if found is None:
         return None
+    try:
+        return _reused(spark, found, leaves)
+    except Exception as exc:
+        if not internals_missing(exc):
+            raise
+        _turn_off(exc)
+        return None
+
+
+def _reused(spark: SparkSession, found: Prepared, leaves: Mapping[str, DataFrame]) -> tuple[DataFrame, str]:
     relations = {role: frame._jdf.queryExecution().analyzed() for role, frame in leaves.items()}
     local, list_of, to_seq, of_rows = _members()
 

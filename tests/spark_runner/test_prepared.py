@@ -246,3 +246,40 @@ def test_a_folded_plan_folds_each_loads_rows_as_the_optimizer_would(spark: Any) 
     assert prepared._plans()[grouped].folds == 0  # type: ignore[index]
     again = prepared.reuse(session, grouped, {prepared.LOAD: leaf(rows)})
     assert again is not None and prepared.folded_relation(again[0]) is None
+
+
+@pytest.mark.parametrize("missing", ["fold", "arrow"])
+def test_a_spark_without_the_internal_classes_a_small_load_uses_still_loads_its_rows(
+    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, missing: str
+) -> None:
+    """A small load's fast path calls Spark's internal classes (the optimizer's session and rule: `prepared`;
+    `ArrowConverters`: `arrow_frames.relation_rows`). A Spark release that renamed one, simulated by the name of a
+    class this Spark does not have, still loads every row: the plans are built afresh (and no longer kept in
+    that JVM, with a warning), or the rows are collected by a query."""
+    from spark_runner import arrow_frames
+    from spark_runner.columns import context_cache
+
+    if missing == "fold":
+        monkeypatch.setattr(prepared, "SESSION", "org.apache.spark.sql.classic.NoSuchSession")
+        monkeypatch.setattr(prepared, "_RULE", "_sl_test_missing_rule")  # looked up again, not the cached members
+    else:
+        monkeypatch.setattr(arrow_frames, "_ARROW_CONVERTERS", "org.apache.spark.sql.execution.arrow.NoSuchConverters$")
+        monkeypatch.setattr(arrow_frames, "_CONVERTERS", "_sl_test_missing_converters")
+    table = f"missing_{missing}"
+    doris.sql(
+        db,
+        f"CREATE TABLE {table} (k INT NOT NULL, v VARCHAR(8), s INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1 "
+        'PROPERTIES ("function_column.sequence_col" = "s")',
+    )
+    try:
+        with caplog.at_level("WARNING", logger="spark_runner.prepared"):
+            for body in ("1,a,5\n", "1,b,3\n", "2,c,1\n2,d,4\n", "3,e,1\n"):
+                reply = doris.stream_load(db, table, body, SEQ).json()
+                assert (reply["Status"], reply["NumberLoadedRows"]) == ("Success", body.count("\n")), reply
+        assert doris.rows(db, f"SELECT k, v, s FROM {table} ORDER BY k") == [[1, "a", 5], [2, "d", 4], [3, "e", 1]]
+        turned_off = [r for r in caplog.records if "no longer reused" in r.getMessage()]
+        assert bool(turned_off) == (missing == "fold")
+    finally:
+        plans = context_cache(prepared._ATTR)
+        if plans is not None:
+            plans.pop(prepared._OFF, None)  # the next tests' JVM reuses plans again
