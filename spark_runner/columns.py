@@ -28,6 +28,7 @@ from spark_runner.sqltext import q
 
 MAX_COLUMNS = 4096
 _ATTR = "_sl_columns"
+_SQL = "_sl_sql"  # on a column: its SQL (`sql_text`)
 _LOCK = threading.Lock()
 
 
@@ -91,6 +92,16 @@ def _cached(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
                 cache.clear()
             cache[key] = found
     return found
+
+
+def sql_text(column: Column) -> str:
+    """`repr(column)` (its SQL, from the JVM), asked once per column object: the columns of `named` are kept per
+    JVM, so a group commit's per-load counts name their SQL in its plan's key without a round trip each."""
+    kept = vars(column)  # not `getattr`: a Column names its struct fields by attribute
+    text: str | None = kept.get(_SQL)
+    if text is None:
+        text = kept[_SQL] = repr(column)
+    return text
 
 
 def named(name: str, sql: str | None = None, field_id: int | None = None) -> Column:

@@ -1100,7 +1100,7 @@ def _per_load_metrics(loads: int, small: bool) -> tuple[Column, ...]:
     if small:
         return tuple(named(k, f"collect_list(CASE WHEN {cond} THEN {load} END)") for k, cond in kinds.items())
     return tuple(
-        F.expr("array(" + ", ".join(f"count_if({load} = {i} AND {cond})" for i in range(loads)) + ")").alias(k)
+        named(k, "array(" + ", ".join(f"count_if({load} = {i} AND {cond})" for i in range(loads)) + ")")
         for k, cond in kinds.items()
     )
 

@@ -32,7 +32,7 @@ from spark_runner.buckets import (
     with_partition_id,
     write_rows,
 )
-from spark_runner.columns import context_cache, named, select_expr, select_named
+from spark_runner.columns import context_cache, named, select_expr, select_named, sql_text
 from spark_runner.merge import beats, latest_rows, merge_rows
 from spark_runner.mow import (
     LOCAL_JOIN,
@@ -936,7 +936,7 @@ def run_load_job(
     shape = None
     if leaf is not None:  # a plan over the load's own rows: its analyzed plan serves the loads of its shape
         merged = lines is None or lines > 1
-        per_load = tuple(repr(c) for c in extra_metrics)  # a group's counts per load (their SQL)
+        per_load = tuple(sql_text(c) for c in extra_metrics)  # a group's counts per load (their SQL)
         shape = prepared.shape_key(plan, leaf, tuple(sorted(field_ids.items())), merged, per_load)
     leaves = {prepared.LOAD: leaf} if leaf is not None else {}
     stored_rows: DataFrame | None = None
