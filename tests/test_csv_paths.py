@@ -236,3 +236,51 @@ def test_fast_split_is_the_text_paths(tmp_path: Path) -> None:
         dialect = CsvDialect.of(request.model_copy(update={"skip_lines": skip}), rng.randint(0, 4))
         body.write_text(text, encoding="utf-8")
         assert fast_split(body, dialect) == reference_split(text, dialect), (text, dialect)
+
+
+def split_fields(path: Path, dialect: CsvDialect) -> list[dict[str, Any]]:
+    """The split's fields of a body (`arrow_csv.split_lines` over `body_lines`), as `stage_fields` writes them."""
+    rows: list[dict[str, Any]] = []
+    for lines in arrow_csv.body_lines(path, dialect):
+        rows += arrow_csv.split_lines(lines, dialect).to_pylist()
+    return rows
+
+
+def test_the_csv_reader_writes_the_splits_fields_or_leaves_the_body_to_it(tmp_path: Path) -> None:
+    """pyarrow's CSV reader (`arrow_csv.read_fields`) stages a large body's fields in place of the split when every
+    line has the expected fields. Random bodies of one-byte separators, blank lines, carriage returns, quotes,
+    byte-order marks, bytes that are not UTF-8 and lines of other field counts: what the reader writes is what
+    the split writes, and a body it refuses raises (the split then decides). Bodies of clean lines are taken."""
+    import pyarrow.parquet as pq
+
+    rng = random.Random(11)
+    body, out = tmp_path / "body", tmp_path / "fields.parquet"
+    taken = refused = 0
+    for _ in range(1500):
+        separator = rng.choice([",", "|", "\t", "\x01"])
+        fields = rng.randint(1, 4)
+        clean = rng.random() < 0.5
+        pieces = ["a", "é", '"', "\\N", " ", ""] + ([] if clean else ["\r", "\n", separator, "\ufeff"])
+        lines = [
+            separator.join("".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))) for _ in range(fields))
+            for _ in range(rng.randint(1, 30))
+        ]
+        lines = [line for line in lines if line] or ["x" * fields]
+        text = "\n".join(line if rng.random() < 0.9 else "\n" + line for line in lines) + rng.choice(["", "\n"])
+        data = text.encode() if clean or rng.random() < 0.9 else text.encode() + b"\xff\n"
+        body.write_bytes(data)
+        request = LoadRequest(db="d", table="t", label="l", column_separator=separator)
+        dialect = CsvDialect.of(request, fields)
+        assert arrow_csv._reader_fits(dialect)
+        out.unlink(missing_ok=True)
+        try:
+            rows = arrow_csv.read_fields(body, dialect, out)
+        except Exception:
+            refused += 1
+            assert not clean, text
+            continue
+        taken += 1
+        split = split_fields(body, dialect)
+        assert rows == len(split)
+        assert pq.read_table(out).to_pylist() == split, text
+    assert taken > 700 and refused > 100, (taken, refused)
