@@ -48,3 +48,38 @@ def test_a_load_and_the_queries_after_it_read_each_manifest_list_once(
     for _ in range(2):
         assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, 0], [1, 10], [2, 20]]
     assert len(reads) == 1, reads  # the load's own snapshot: kept as written
+
+
+def test_a_commit_encodes_only_its_new_manifests_into_the_list(
+    doris: DorisClient, db: str, served_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest list names every manifest of the table; a commit encodes only the manifests it adds, and copies
+    the others' bytes as it encoded them before (`rowsets._write_block`). Each list reads back, from its file,
+    as the entries the commit kept: the same manifests, sequence numbers included."""
+    from pyiceberg.avro.writer import StructWriter
+
+    doris.sql(db, "CREATE TABLE t (k INT NOT NULL, v INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    for i in range(6):
+        assert_doris_result(doris.stream_load(db, "t", f"{i},{i}\n", headers=CSV), loaded=1)
+    table = served_app.state.services.catalog.load(db, "t").iceberg
+    before = len(table.current_snapshot().manifests(table.io))  # type: ignore[union-attr]
+    assert before >= 6
+    entries: list[Any] = []  # the manifest list entries encoded (a manifest entry's record is another schema's)
+    real = StructWriter.write
+
+    def counting(self: StructWriter, encoder: Any, value: Any) -> None:
+        if type(value).__name__ == "ManifestFile":
+            entries.append(value)
+        real(self, encoder, value)
+
+    monkeypatch.setattr(StructWriter, "write", counting)
+    assert_doris_result(doris.stream_load(db, "t", "1,10\n", headers=CSV), loaded=1)
+    monkeypatch.undo()
+    table.refresh()
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert len(manifests) > before
+    assert 1 <= len(entries) <= len(manifests) - before + 1, (len(entries), before, len(manifests))
+    for snapshot in table.snapshots():
+        kept = rowsets.cached_manifest_list(table.io, snapshot.manifest_list)
+        assert rowsets._read_manifest_list(table.io, snapshot.manifest_list) == kept
+    assert doris.rows(db, "SELECT k, v FROM t ORDER BY k") == [[0, 0], [1, 10], [2, 2], [3, 3], [4, 4], [5, 5]]
