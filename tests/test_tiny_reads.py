@@ -165,7 +165,9 @@ def test_a_table_of_small_loads_answers_after_its_jvm_was_replaced(tmp_path: Pat
         assert len(old) == 1, old
         os.kill(old[0], signal.SIGKILL)
         deadline = time.monotonic() + 180
-        while not (jvm_pids(server) and jvm_pids(server) != old and backend_alive(server)):
+        # one scan per round: a JVM being torn down after SIGKILL shows no command line before it can be reaped,
+        # so a second scan could see none while the server has not yet seen it die (its health still online)
+        while not ((pids := jvm_pids(server)) and pids != old and backend_alive(server)):
             assert time.monotonic() < deadline, "the server never started a new Spark session"
             time.sleep(0.2)
         assert server.sql("tiny", "SELECT k, v, s FROM t ORDER BY k")["data"] == expected
