@@ -35,7 +35,7 @@ OUT = ROOT / "bench" / "out"  # git-ignored: cached CSV files
 AUTH = ("root", "")
 DB = "bench"
 START_TIMEOUT = 120.0
-WARM_UP_TIMEOUT = 180.0  # the warm-up runs its bulk load, then `SL_WARM_UP_SECONDS` (20 s by default)
+WARM_UP_TIMEOUT = 180.0  # the warm-up: a bulk load, `SL_WARM_UP_SECONDS` (20 s by default), another bulk load
 STOP_GRACE = 20.0
 
 
