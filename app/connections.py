@@ -8,8 +8,7 @@ response) is closed. Bodies are bounded where they are read (stream load: idle a
 
 Requests are parsed by httptools (llhttp, in C), not h11 (pure Python): h11 took a tenth of the server's Python
 time under 16 clients of one-row async loads (its per-request event objects and header checks), and the server's
-Python is what bounds small loads; with httptools, async group commit went from ~291 to ~323 loads/s and a
-one-row load's p50 from 33 to 30 ms (bench/group_commit.py, the same run).
+Python is what bounds small loads (docs/design.md has the figures).
 
 Every connection sends without Nagle's delay (`TCP_NODELAY`). asyncio sets it only on sockets whose protocol
 number is TCP's, and the listening sockets `python -m app` hands uvicorn are made with protocol 0: a reply's

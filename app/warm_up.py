@@ -4,17 +4,16 @@ the speed of a warm one.
 A fresh JVM interprets Spark's code until its JIT has compiled the hot parts, which takes thousands of calls:
 measured on 2 cores, a one-row load took 112 ms (p50) in a fresh server's first 50 loads and 77 ms after 250
 more, and the first 171 MB bulk load 9.8 s against 6.4-6.7 s for the next one. The warm-up runs, right after
-start and before any user's load arrives, what those loads run: one bulk load of `BULK_ROWS` CSV rows with
+start and before any user's load arrives, what those loads run: a bulk load of `BULK_ROWS` CSV rows with
 repeated keys and a sequence column (the split, field rules, shuffle, dedup and Parquet write of a load past
-`spark_runner.service.PARTITION_BYTES`), then, for `seconds` after it (at least one of each), one-row loads
+`spark_runner.service.PARTITION_BYTES`) and another into an empty table (after one, the JIT had not finished
+with the bulk path: a user's first 171 MB load took 8.4-9.5 s where the next ones took ~7; after two, 7.2-8.0 s),
+then, for `seconds` after them (at least one of each), one-row loads
 (planning, the prepared-plan path, the commit) into a table that stays small, every `BIG_EVERY`th into the bulk
 load's table (the merge-on-write lookup), and every `GROUP_EVERY`th a group commit of `GROUP_LOADS` one-row loads
-(a group's inline source, its per-load counts and its dedup: the plans of sync and async group commit), and at
-last a second bulk load, into an empty table: after one bulk load the JIT had not finished with the bulk path,
-and a user's first 171 MB load took 8.4-9.5 s (the next ones ~7); after two, 7.2-8.0 s (three fresh servers
-each, alternating), for ~5 s more of warm-up.
+(a group's inline source, its per-load counts and its dedup: the plans of sync and async group commit).
 
-The seconds run after the bulk load: its Spark job alone takes ~20 s on a slow 2-core machine, and a budget
+The seconds run after the bulk loads: one's Spark job alone takes ~20 s on a slow 2-core machine, and a budget
 counted from the start left one one-row load and no group (a fresh server's 16 sync clients then ran at 29 loads/s
 in their first 10 s, 42 loads/s after 40 s, while the JIT compiled Spark's planning code: ~1 core of the 2).
 
@@ -208,6 +207,8 @@ class WarmUp:
                 if self._should_stop():
                     return
                 bulk(BIG, 1)
+                if not self._should_stop():
+                    bulk(AGAIN, 2)
                 small_started, steps = time.monotonic(), 0
                 while not self._should_stop() and (
                     steps < GROUP_EVERY or time.monotonic() - small_started < self.seconds  # at least one group
@@ -218,8 +219,6 @@ class WarmUp:
                         group(SMALL, i)
                     else:
                         load(BIG if steps % BIG_EVERY == 0 else SMALL, f"{i},{i},n{i},{i}.25\n".encode())
-                if not self._should_stop():
-                    bulk(AGAIN, 2)
             finally:
                 committer.close()
         finally:

@@ -35,7 +35,7 @@ OUT = ROOT / "bench" / "out"  # git-ignored: cached CSV files
 AUTH = ("root", "")
 DB = "bench"
 START_TIMEOUT = 120.0
-WARM_UP_TIMEOUT = 180.0  # the warm-up: a bulk load, `SL_WARM_UP_SECONDS` (20 s by default), another bulk load
+WARM_UP_TIMEOUT = 180.0  # the warm-up: two bulk loads, then `SL_WARM_UP_SECONDS` (20 s by default)
 STOP_GRACE = 20.0
 
 

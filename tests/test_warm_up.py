@@ -37,7 +37,7 @@ def test_the_warm_up_runs_loads_at_start_and_leaves_nothing_behind(
         run = app.state.warm_up
         assert run.done.wait(120), "the warm-up did not end"
         assert run.outcome == "done"
-        # a bulk load, then one-row loads and sync group commits until its seconds were spent, then a bulk load
+        # two bulk loads, then one-row loads and sync group commits until its seconds were spent
         assert run.groups >= 1 and run.bulk_loads == 2
         assert run.loads >= 2 + (warm_up.GROUP_EVERY - 1) + warm_up.GROUP_LOADS
         databases = [row[0] for row in doris.rows("information_schema", "SHOW DATABASES")]
