@@ -43,6 +43,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # body is framed as chunked, Content-Length ignored (h11's rule too), so the connection stays in step.
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        names = {name for name, _ in self.headers}
+        if b"content-length" in names and b"transfer-encoding" in names and self.cycle.scope is self.scope:
+            # RFC 9112 6.1: whatever the reply, the connection closes after it (a proxy in front may have framed
+            # the body by its Content-Length: what follows could be a smuggled request)
+            self.cycle.keep_alive = False
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         no_delay(transport)
         super().connection_made(transport)

@@ -531,6 +531,33 @@ def test_content_length_and_chunked_together_are_refused(seeded: Seeded, base_ur
     seeded.assert_unchanged("transport")
 
 
+def test_content_length_and_chunked_together_close_the_connection_after_the_reply(
+    seeded: Seeded, base_url: str
+) -> None:
+    """RFC 9112 6.1: a server answering a request with both framings closes the connection after it. A proxy in
+    front that framed the body by its Content-Length would read what follows the chunked body as the next
+    request of the same connection (request smuggling): nothing after the reply is answered."""
+    url = urlparse(base_url)
+    assert url.hostname and url.port
+    body = chunked(GOOD_LINE.encode())
+    auth = base64.b64encode(b"root:").decode()
+    head = (
+        f"PUT /api/{seeded.db}/{seeded.table('transport')}/_stream_load HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Basic {auth}\r\ncolumn_separator: ,\r\nContent-Length: {len(body)}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    smuggled = b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body + smuggled)
+        received = b""
+        while chunk := sock.recv(65536):  # until the server closes the connection
+            received += chunk
+    assert received.count(b"HTTP/1.1 ") == 1, received
+    assert b"please do not set both content_length and transfer-encoding" in received
+    assert b"connection: close" in received.lower()
+    seeded.assert_unchanged("transport")
+
+
 def test_neither_content_length_nor_chunked_is_refused(seeded: Seeded, base_url: str) -> None:
     reply = raw_put(base_url, f"/api/{seeded.db}/{seeded.table('transport')}/_stream_load", ["Connection: close"], b"")
     assert_refused(reply, "content_length is empty and transfer-encoding!=chunked", txn=False)
