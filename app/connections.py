@@ -30,11 +30,18 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 
+# The largest request head (request line and headers) read: 64 KiB (a `columns` header of a few thousand columns),
+# so that 1,000 connections in their head hold at most 64 MiB
+MAX_HEAD_BYTES = 64 * 1024
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol (the llhttp parser, in C) with a deadline on each request head."""
+    """uvicorn's httptools protocol (the llhttp parser, in C) with a deadline and a size bound on each request head."""
 
     header_timeout: float = 30.0
     _head_timer: asyncio.TimerHandle | None = None
+    _in_head = True  # the bytes that come next are a request head's
+    _head_bytes = 0  # of the head being read, fed to the parser so far
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,7 +50,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # body is framed as chunked, Content-Length ignored (h11's rule too), so the connection stays in step.
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
+    def data_received(self, data: bytes) -> None:
+        """The parser keeps a head's bytes until the head is complete, with no bound of its own (h11 refused a
+        head past 16 KiB): a head past `MAX_HEAD_BYTES` is answered 400 and its connection closed."""
+        reading_head = self._in_head
+        super().data_received(data)
+        if reading_head and self._in_head and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.send_400_response("Request head too large.")
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._head_bytes = True, 0
+        super().on_message_complete()
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         super().on_headers_complete()
         names = {name for name, _ in self.headers}
         if b"content-length" in names and b"transfer-encoding" in names and self.cycle.scope is self.scope:

@@ -51,3 +51,44 @@ def test_a_request_reaches_the_servers_services_without_a_worker_thread(
     resp = httpx.get(f"{base_url}/api/backends", auth=AUTH, timeout=30)
     assert resp.status_code == 200 and resp.json()["data"]["backends"], resp.text
     assert hops == [], hops
+
+
+def _raw(base_url: str, request: bytes) -> bytes:
+    """`request` sent as is on a fresh connection; everything the server sends back until it closes it."""
+    import socket
+
+    url = urlsplit(base_url)
+    with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), timeout=30) as sock:
+        try:
+            sock.sendall(request)
+        except ConnectionError:  # the server closed the connection while the head was still being sent
+            pass
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionError:
+            pass
+    return received
+
+
+def test_a_request_head_past_64_kib_is_refused_and_its_connection_closed(base_url: str) -> None:
+    """The parser keeps a request head until it is complete: past 64 KiB the server answers 400 and closes the
+    connection, so connections trickling megabytes of header cannot fill the server's memory. A head under the
+    bound is served, and the server goes on serving."""
+    from app.connections import MAX_HEAD_BYTES
+
+    def head(header_bytes: int) -> bytes:
+        return (
+            b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Filler: "
+            + b"a" * header_bytes
+            + b"\r\n\r\n"
+        )
+
+    served = _raw(base_url, head(MAX_HEAD_BYTES - 1024))
+    assert served.startswith(b"HTTP/1.1 200 "), served[:200]
+    refused = _raw(base_url, head(MAX_HEAD_BYTES + 1))
+    assert refused.startswith(b"HTTP/1.1 400 ") and b"connection: close" in refused.lower(), refused[:200]
+    endless = _raw(base_url, b"GET /api/health HTTP/1.1\r\nX-Filler: " + b"a" * (16 << 20))
+    assert endless.startswith(b"HTTP/1.1 400 "), endless[:200]
+    assert httpx.get(f"{base_url}/api/health", timeout=30).status_code == 200
