@@ -42,6 +42,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _in_head = True  # the bytes that come next are a request head's
     _head_bytes = 0  # of the head being read, fed to the parser so far
+    _heads = 0  # request heads completed on this connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,10 +53,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         """The parser keeps a head's bytes until the head is complete, with no bound of its own (h11 refused a
-        head past 16 KiB): a head past `MAX_HEAD_BYTES` is answered 400 and its connection closed."""
-        reading_head = self._in_head
+        head past 16 KiB): a head still incomplete after `MAX_HEAD_BYTES` (counted per piece read, so at most a
+        piece more) is answered 400 and its connection closed."""
+        reading_head, heads = self._in_head, self._heads
         super().data_received(data)
-        if reading_head and self._in_head and not self.transport.is_closing():
+        if reading_head and self._heads == heads and not self.transport.is_closing():  # the head goes on
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self.send_400_response("Request head too large.")
@@ -65,7 +67,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._in_head, self._heads = False, self._heads + 1
         super().on_headers_complete()
         names = {name for name, _ in self.headers}
         if b"content-length" in names and b"transfer-encoding" in names and self.cycle.scope is self.scope:
