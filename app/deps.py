@@ -12,6 +12,7 @@ from app.settings import Settings
 from tables.accounts import AccountStore
 
 if TYPE_CHECKING:  # the services import pyspark: the app loads them in the lifespan, not at import time
+    from loads.lifecycle import StreamLoads
     from spark_runner.compaction import Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
@@ -39,6 +40,7 @@ class Services:
     pauses: PausePoints
     loads: LoadService
     group_commit: GroupCommitter
+    stream_loads: StreamLoads  # the stream loads' lifecycle over `loads` and `group_commit`, with the body bounds
     two_phase: TwoPhase
     compactor: Compactor
     routine_loads: RoutineLoadManager

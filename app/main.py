@@ -222,6 +222,7 @@ def build_services(
             committer=group_committer,
             adopt_jobs=lambda name: routine_loads.adopt(name) + broker_loads.adopt(name),
         )
+    group_commit = group_committer(settings.scratch_dir)
     services = Services(
         settings=settings,
         spark=handle,
@@ -229,7 +230,8 @@ def build_services(
         txns=txns,
         pauses=writer.pauses,
         loads=loads,
-        group_commit=group_committer(settings.scratch_dir),
+        group_commit=group_commit,
+        stream_loads=stream_load.stream_loads(settings, loads, group_commit),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
         accounts=accounts,
         compactor=compactor,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import fields
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -21,14 +22,19 @@ from tables.accounts import Priv
 from tables.errors import NotAuthorized, ServiceUnavailable
 from tables.load_spec import LoadResult, render_load
 
+if TYPE_CHECKING:  # they load pyspark: the services are built in the lifespan
+    from app.settings import Settings
+    from spark_runner.group_commit import GroupCommitter
+    from spark_runner.service import LoadService
+
 router = APIRouter()
 
 
-def stream_loads(services: Services) -> StreamLoads:
-    """The lifecycle owner of this server's stream loads, with the body bounds of its settings (same names)."""
-    settings = services.settings
+def stream_loads(settings: Settings, loads: LoadService, group_commit: GroupCommitter) -> StreamLoads:
+    """The lifecycle owner of this server's stream loads, with the body bounds of its settings (same names); built
+    once with the services (`Services.stream_loads`): the staging dir resolves paths on the disk."""
     limits = BodyLimits(**{bound.name: getattr(settings, bound.name) for bound in fields(BodyLimits)})
-    return StreamLoads(services.loads, services.group_commit, settings.staging_dir, limits)
+    return StreamLoads(loads, group_commit, settings.staging_dir, limits)
 
 
 async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:
@@ -43,7 +49,7 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         load = parse_load_request(db, table, headers, limits=services.settings.input_limits())
     except Exception as exc:
         return refused(exc, label=headers.get("label", ""), comment=headers.get("comment", ""))
-    return await stream_loads(services).run(load, request.stream(), expected=expected)
+    return await services.stream_loads.run(load, request.stream(), expected=expected)
 
 
 SHUTTING_DOWN = ServiceUnavailable("The server is shutting down; retry the load later")
