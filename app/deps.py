@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from app.lifecycle import LoadGate
 from app.settings import Settings
 from tables.accounts import AccountStore
+from tables.load_spec import InputLimits
 
 if TYPE_CHECKING:  # the services import pyspark: the app loads them in the lifespan, not at import time
     from loads.lifecycle import StreamLoads
@@ -41,6 +42,7 @@ class Services:
     loads: LoadService
     group_commit: GroupCommitter
     stream_loads: StreamLoads  # the stream loads' lifecycle over `loads` and `group_commit`, with the body bounds
+    input_limits: InputLimits  # `Settings.input_limits`, read once (a model dump on every load otherwise)
     two_phase: TwoPhase
     compactor: Compactor
     routine_loads: RoutineLoadManager

@@ -232,6 +232,7 @@ def build_services(
         loads=loads,
         group_commit=group_commit,
         stream_loads=stream_load.stream_loads(settings, loads, group_commit),
+        input_limits=settings.input_limits(),
         two_phase=TwoPhase(catalog=catalog, txns=txns, writer=writer),
         accounts=accounts,
         compactor=compactor,

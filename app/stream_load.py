@@ -46,7 +46,7 @@ async def execute_stream_load(db: str, table: str, request: Request, services: S
         privileges = login(request, services.accounts, headers)
         require_table(privileges, Priv.LOAD, "LOAD", db, table)  # before a byte of the body is read
         expected = body_length(headers, services.settings.max_body_bytes)
-        load = parse_load_request(db, table, headers, limits=services.settings.input_limits())
+        load = parse_load_request(db, table, headers, limits=services.input_limits)
     except Exception as exc:
         return refused(exc, label=headers.get("label", ""), comment=headers.get("comment", ""))
     return await services.stream_loads.run(load, request.stream(), expected=expected)

@@ -1048,17 +1048,32 @@ def _inline_group(spark: SparkSession, batch: list[_Member], first: PreparedLoad
         return None
     max_lines = max(dialect.inline_max_lines, GROUP_INLINE_MAX_LINES)
     segments: list[pa.Array] = []
+    few: list[bytes] = []  # lines of bodies of one segment, not yet an array (`arrow_csv.few_lines`)
     positions: list[int] = []
-    for index, member in enumerate(batch):
-        try:
-            lines = list(arrow_csv.body_lines(member.payload(), dialect))
-        except arrow_csv.GeneralPath:
-            return None
-        count = member.rows = sum(len(piece) for piece in lines)
-        positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
-        segments += lines
-        if len(positions) > max_lines:
-            return None
+    try:
+        for index, member in enumerate(batch):
+            payload = member.payload()
+            if isinstance(payload, Path) and payload.stat().st_size <= arrow_csv.SEGMENT_BYTES:
+                payload = payload.read_bytes()  # as `body_lines` reads it: one segment
+            if isinstance(payload, bytes) and len(payload) <= arrow_csv.SEGMENT_BYTES:
+                lines = arrow_csv.few_lines(payload, dialect)
+                few += lines
+                count = len(lines)
+            else:
+                if few:
+                    segments.append(arrow_csv.as_strings(few))
+                    few = []
+                pieces = list(arrow_csv.body_lines(payload, dialect))
+                segments += pieces
+                count = sum(len(piece) for piece in pieces)
+            member.rows = count
+            positions += range(index << LOAD_SHIFT, (index << LOAD_SHIFT) + count)
+            if len(positions) > max_lines:
+                return None
+        if few:
+            segments.append(arrow_csv.as_strings(few))
+    except arrow_csv.GeneralPath:
+        return None
     if not positions:  # an inline relation needs a row
         return None
     return inline_fields(spark, arrow_csv.split_lines(pa.concat_arrays(segments), dialect), dialect, positions)

@@ -238,6 +238,37 @@ def test_fast_split_is_the_text_paths(tmp_path: Path) -> None:
         assert fast_split(body, dialect) == reference_split(text, dialect), (text, dialect)
 
 
+def lines_or_refusal(read: Any) -> list[str] | str:
+    try:
+        return read()
+    except arrow_csv.GeneralPath:
+        return "general path"
+
+
+def test_a_small_bodys_lines_are_body_lines(tmp_path: Path) -> None:
+    """A group's bodies held in memory are cut in Python (`few_lines`, `as_strings`): random bodies of delimiters
+    (some of several characters, some overlapping themselves), empty lines, skipped lines, byte-order marks and
+    bytes that are not UTF-8 give `body_lines`'s lines, or its refusal (the group then goes to Spark's scan)."""
+    rng = random.Random(11)
+    for _ in range(3000):
+        delimiter = rng.choice(["\n", "\r\n", "||", "\n\n", "aa", "é"])
+        pieces = [b"a", b"b", b",", b"\n", b"\r", "é".encode(), b"x", delimiter.encode(), delimiter.encode()]
+        pieces += [b"\xff", b"\xed\xa0\x80", b"\xc3"] if rng.random() < 0.1 else []
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        if rng.random() < 0.05:
+            data = "\ufeff".encode() + data
+        request = LoadRequest(db="d", table="t", label="l", line_delimiter=delimiter)
+        dialect = CsvDialect.of(request.model_copy(update={"skip_lines": rng.choice([0, 0, 1, 2])}), 2)
+
+        def from_arrow(data: bytes = data, dialect: CsvDialect = dialect) -> list[str]:
+            return [line for piece in arrow_csv.body_lines(data, dialect) for line in piece.to_pylist()]
+
+        def in_python(data: bytes = data, dialect: CsvDialect = dialect) -> list[str]:
+            return arrow_csv.as_strings(arrow_csv.few_lines(data, dialect)).to_pylist()
+
+        assert lines_or_refusal(in_python) == lines_or_refusal(from_arrow), (data, delimiter, dialect.skip_lines)
+
+
 def split_fields(path: Path, dialect: CsvDialect) -> list[dict[str, Any]]:
     """The split's fields of a body (`arrow_csv.split_lines` over `body_lines`), as `stage_fields` writes them."""
     rows: list[dict[str, Any]] = []
