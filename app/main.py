@@ -415,6 +415,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
     openapi.install(app)
     # every error in Doris's shape, per route family (app/responses.py)
     install_error_handlers(app)
+    app.add_middleware(stream_load.DirectStreamLoads)  # stream loads skip FastAPI's routing (app/stream_load.py)
     app.state.gate = LoadGate()
     app.state.metrics = metrics.LoadMetrics()
     app.include_router(stream_load.router)

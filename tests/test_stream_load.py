@@ -17,6 +17,7 @@ PLAIN_TABLE = (
     "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8) NOT NULL, n INT) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
 )
 CSV = {"column_separator": ","}
+TWO_COLUMNS = "CREATE TABLE t (k INT NOT NULL, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
 
 
 def rows(doris: DorisClient, db: str, table: str = "t") -> list[list[object]]:
@@ -679,3 +680,38 @@ def test_enclose_and_escape(
     doris.sql(db, PLAIN_TABLE)
     assert_doris_result(doris.stream_load(db, "t", data, headers={**CSV, **headers}), **counts)
     assert rows(doris, db) == expected
+
+
+def test_a_bug_under_a_stream_load_is_answered_as_a_failed_load(
+    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream load skips FastAPI's routing (`app.stream_load.DirectStreamLoads`); an exception no step caught
+    is still answered as the app's handlers answer it: the load JSON, Status Fail, its label, no internals."""
+    import app.stream_load
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a secret path /etc/internal")
+
+    doris.sql(db, TWO_COLUMNS)
+    monkeypatch.setattr(app.stream_load, "execute_stream_load", broken)
+    resp = doris.stream_load(db, "t", "1,a\n", {"label": "bug_1", "column_separator": ","})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["Status"] == "Fail" and body["Label"] == "bug_1", body
+    assert body["Message"] == "[INTERNAL_ERROR]internal error (RuntimeError); the server log has the details", body
+    monkeypatch.undo()
+    assert doris.stream_load(db, "t", "1,a\n", {"label": "bug_1", "column_separator": ","}).json()["Status"] == (
+        "Success"
+    )
+
+
+def test_a_stream_loads_path_parameters_are_decoded_as_fastapi_decodes_them(doris: DorisClient, db: str) -> None:
+    """The database and table of `/api/{db}/{table}/_stream_load` arrive percent-decoded; a path with a trailing
+    slash or a further segment is not a stream load."""
+    doris.sql(db, TWO_COLUMNS)
+    quoted = "".join(f"%{b:02X}" for b in db.encode())
+    reply = doris.http.put(f"/api/{quoted}/%74/_stream_load", content=b"7,q\n", headers={"column_separator": ","})
+    assert reply.json()["Status"] == "Success", reply.text
+    assert [7, "q"] in rows(doris, db)
+    for path in (f"/api/{db}/t/_stream_load/", f"/api/{db}/t/x/_stream_load"):
+        assert doris.http.put(path, content=b"8,r\n").status_code in (307, 404, 405), path
