@@ -118,6 +118,10 @@ def split_by_partition(
     files' paths (as manifests record them) to theirs; a path not in it (a file no longer live) takes `default`."""
     out: list[tuple[str, Partition]] = []
     for path in paths:
+        named = only_target(path)
+        if named is not None:
+            out.append((path, partitions.get(named, default)))
+            continue
         rows = pq.read_table(arrow_path(as_location(path)), columns=["file_path", "pos"])
         groups: dict[Partition, list[str]] = {}
         for target in pa.compute.unique(rows.column("file_path")).to_pylist():
@@ -132,6 +136,21 @@ def split_by_partition(
             out.append((written, partition))
         delete_file(as_location(path))
     return out
+
+
+def only_target(path: str) -> str | None:
+    """The one data file a position delete file names, as its Parquet statistics tell (a large load's re-check
+    writes a file per data file it deletes from); None when it may name several, or has no statistics."""
+    meta = pq.read_metadata(arrow_path(as_location(path)))
+    index = meta.schema.to_arrow_schema().get_field_index("file_path")
+    bounds: set[object] = set()
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        bounds.update((stats.min, stats.max))
+    named = next(iter(bounds)) if len(bounds) == 1 else None
+    return named if isinstance(named, str) else None
 
 
 def delete_file_entry(path: str, partition: Partition | None = None) -> DataFile:

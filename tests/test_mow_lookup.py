@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tables.row_delta import live_delete_files
 from tests.helpers import DorisClient, assert_doris_result, table_handle
 
 DDL = (
@@ -94,7 +95,7 @@ def test_partial_loads_update_their_keys_in_files_of_many_row_groups(
 
 
 def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_at_commit(
-    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch, spark: Any
+    doris: DorisClient, db: str, monkeypatch: pytest.MonkeyPatch, spark: Any, server_settings: Any
 ) -> None:
     """A small load into a large merge-on-write table is decided against the stored rows of its keys: a partial
     update (or a load of more rows than `KEYED_RECHECK_ROWS`) in its job (joined in one partition:
@@ -103,7 +104,9 @@ def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_a
     way: sequence wins and losses, ties, keys repeated in a load, new keys, deletes (the `delete` condition and
     the sign column), a key loaded again after its delete, and a partial update. Each load (a partial update too)
     runs one Spark job: its keys come from its in-memory rows without one, and its rows meet the stored winners
-    in one partition (a job for the keys, a broadcast join and AQE's stages made 5)."""
+    in one partition (a job for the keys, a broadcast join and AQE's stages made 5). Decided at the commit by a
+    Spark join (as a large load is, `mow.supersede_by_number`), the answers are the same, and each delete file
+    names one data file, its positions in order."""
     from spark_runner import mow, service
 
     keyed: list[int] = []  # per pairing: the stored rows it position-deletes
@@ -115,6 +118,15 @@ def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_a
         return found
 
     monkeypatch.setattr(service, "pair_rows", spy)
+    numbered: list[int] = []  # per re-check by a Spark join: the delete files it wrote
+    real_numbered = mow.supersede_by_number
+
+    def numbered_spy(*args: Any, **kwargs: Any) -> Any:
+        written = real_numbered(*args, **kwargs)
+        numbered.append(-1 if written is None else len(written))
+        return written
+
+    monkeypatch.setattr(mow, "supersede_by_number", numbered_spy)
     loads = [
         ("1,10,a\n2,10,b\n3,10,c\n", {}),
         ("1,5,lost\n", {}),  # lower sequence: the stored row stays
@@ -132,11 +144,17 @@ def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_a
         ("3,upd\n7,fresh\n", {"partial_columns": "true", "columns": "k,v"}),  # keeps 3's sequence; 7 is new
     ]
     answers = {}
-    ways = {"in_job": (0, 0, 10**9), "paired_by_key": (0, 1000, 0), "at_commit": (10**9, 1000, 10**9)}
+    ways = {
+        "in_job": (0, 0, 10**9),
+        "paired_by_key": (0, 1000, 0),
+        "at_commit": (10**9, 1000, 10**9),
+        "joined_at_commit": (10**9, 1000, 0),
+    }
     for table, (recheck_rows, keyed_rows, in_process_rows) in ways.items():
         monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", recheck_rows)
         monkeypatch.setattr(service, "KEYED_RECHECK_ROWS", keyed_rows)
         monkeypatch.setattr(mow, "DRIVER_RECHECK_ROWS", in_process_rows)
+        monkeypatch.setattr(mow, "KEYED_RECHECK_ROWS", 0 if table == "joined_at_commit" else keyed_rows)
         doris.sql(
             db,
             f"CREATE TABLE {table} (k INT NOT NULL, s INT, v VARCHAR(8)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) "
@@ -154,7 +172,13 @@ def test_small_loads_decided_in_their_job_or_paired_by_key_match_those_decided_a
             assert max(jobs[1:]) <= 1, str(jobs)  # the first load found the table empty: nothing to look up
         if table == "paired_by_key":  # the full-row loads after the first, each paired in this process
             assert len(keyed) == len(loads) - 2 and min(keyed) >= 0 and sum(keyed) > 0, keyed
-    assert answers["in_job"] == answers["at_commit"] == answers["paired_by_key"]
+    # the full-row loads after the first were re-checked by the join (none fell back), most superseding a row
+    assert len(numbered) == len(loads) - 2 and min(numbered) >= 0 and sum(numbered) >= len(loads) // 2, numbered
+    handle = table_handle(server_settings, db, "joined_at_commit")
+    for delete_file in live_delete_files(handle.iceberg):
+        rows = pq.read_table(delete_file.file_path.removeprefix("file:")).to_pydict()
+        assert len(set(rows["file_path"])) == 1 and rows["pos"] == sorted(rows["pos"]), rows
+    assert answers["in_job"] == answers["at_commit"] == answers["paired_by_key"] == answers["joined_at_commit"]
     final = [[1, 50, "won"], [2, 100, "back"], [3, 30, "upd"], [4, 1, "new"], [6, 2, "h"], [7, None, "fresh"]]
     final.append([1000, 1, "far"])
     assert answers["in_job"][-1] == final
