@@ -367,9 +367,11 @@ def _row_count(path: str) -> int:
 
 
 def write_deletes(positions: DataFrame, directory: Location) -> list[str]:
-    """Write position delete rows (`file_path`, `pos`) computed by Spark as one sorted Parquet file per write
-    partition, named `delete-*.parquet` in `directory` (the load's own directory); returns the files."""
-    return _write_delete_parts(positions.coalesce(1).sortWithinPartitions("file_path", "pos"), directory)
+    """Write position delete rows (`file_path`, `pos`) computed by Spark as sorted Parquet files named
+    `delete-*.parquet` in `directory` (the load's own directory), one per data file and partition of
+    `positions` (a hash of the path splits them); returns the files."""
+    named = positions.select(F.xxhash64("file_path").alias(_FILE_HASH), "file_path", "pos")
+    return _write_delete_parts(named.sortWithinPartitions(_FILE_HASH, "file_path", "pos"), directory, by=_FILE_HASH)
 
 
 def _write_delete_parts(positions: DataFrame, directory: Location, *, by: str | None = None) -> list[str]:

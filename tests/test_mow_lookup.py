@@ -284,3 +284,38 @@ def test_a_bulk_load_writes_row_groups_a_lookup_decodes_one_of(
         [199999, "v", 1, 199999],
         [200000, "new", 2, 7],
     ]
+
+
+def test_a_partial_load_decided_in_its_job_writes_a_delete_file_per_data_file(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial update Spark reads (JSON) is decided in its job against the stored rows; the positions it
+    supersedes are written by Spark in the job's partitions, one delete file per data file, in position order,
+    so the commit files each in its data file's partition without rewriting it (`row_delta.only_target`)."""
+    from spark_runner import load_job, service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    written: list[int] = []
+    real = load_job.write_deletes
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        files = real(*args, **kwargs)
+        written.append(len(files))
+        return files
+
+    monkeypatch.setattr(load_job, "write_deletes", spy)
+    doris.sql(db, DDL.format(key="INT"))
+    assert_doris_result(doris.stream_load(db, "t", as_json([(k, f"v{k}", 1, k) for k in range(400)]), JSON).json())
+    data_files = table_handle(server_settings, db, "t").data_files()
+    assert len(data_files) == 2  # one per bucket
+    body = "".join(f'{{"k": {k}, "v": "p{k}"}}\n' for k in range(0, 400, 3))
+    headers = {**JSON, "partial_columns": "true", "columns": "k,v"}
+    assert_doris_result(doris.stream_load(db, "t", body, headers).json(), loaded=134)
+    assert written and written[-1] == 2, written  # the updated keys' rows are in both buckets' files
+    handle = table_handle(server_settings, db, "t")
+    for delete_file in live_delete_files(handle.iceberg):
+        rows = pq.read_table(delete_file.file_path.removeprefix("file:")).to_pydict()
+        assert set(rows["file_path"]) <= set(data_files) and len(set(rows["file_path"])) == 1, rows["file_path"][:3]
+        assert rows["pos"] == sorted(rows["pos"])
+    expected = [[k, f"p{k}" if k % 3 == 0 else f"v{k}", 1, k] for k in range(400)]
+    assert doris.rows(db, "SELECT k, v, s, w FROM t ORDER BY k") == expected
