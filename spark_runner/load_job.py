@@ -40,6 +40,7 @@ from spark_runner.mow import (
     STORED_POS,
     WINS,
     decision_columns,
+    keys_match,
     stored_winners,
     write_deletes,
 )
@@ -542,7 +543,7 @@ def fill_from_stored(batch: DataFrame, stored: DataFrame, plan: LoadPlan, *, loc
     positioned = FILE in stored.columns  # a positional table's lookup rows: carry the winner's position
     if positioned:
         picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}"]
-    on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
+    on = keys_match(table, lambda _, k: q(k), lambda i, _: f"__sk{i}")
     joined = left_join(batch, stored.selectExpr(*picked, "true AS __sfound"), on, local=local)
     live = "(coalesce(__sfound, false) AND __ssign = 0)"
     listed = {t.column.name for t in plan.targets if t.source is not None}
@@ -578,7 +579,7 @@ def attach_winners(batch: DataFrame, winners: DataFrame, table: TableDef, *, loc
     picked = [f"{q(k)} AS __sk{i}" for i, k in enumerate(keys)]
     picked.append(f"{q(SEQUENCE_COL)} AS __sseq" if table.has_sequence else "NULL AS __sseq")
     picked += [f"{FILE} AS {STORED_FILE}", f"{ROW} AS {STORED_POS}", "true AS __sfound"]
-    on = " AND ".join(f"{q(k)} <=> __sk{i}" for i, k in enumerate(keys))
+    on = keys_match(table, lambda _, k: q(k), lambda i, _: f"__sk{i}")
     joined = left_join(batch, winners.selectExpr(*picked), on, local=local)
     return joined.selectExpr(*[q(c) for c in batch.columns], STORED_FILE, STORED_POS, "__sseq", "__sfound")
 

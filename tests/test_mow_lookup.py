@@ -319,3 +319,42 @@ def test_a_partial_load_decided_in_its_job_writes_a_delete_file_per_data_file(
         assert rows["pos"] == sorted(rows["pos"])
     expected = [[k, f"p{k}" if k % 3 == 0 else f"v{k}", 1, k] for k in range(400)]
     assert doris.rows(db, "SELECT k, v, s, w FROM t ORDER BY k") == expected
+
+
+def test_a_partial_update_decided_in_its_job_shuffles_the_stored_rows_once_on_a_not_null_key(
+    doris: DorisClient, db: str, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial update Spark reads (JSON) meets the stored rows in its job: their semi-join with its keys, their
+    merge per key and their join with its rows. On a NOT NULL key the joins compare with `=`, and the stored rows'
+    partitioning by key serves all three (`mow.keys_match`); on `<=>` Spark partitions by expressions of the key
+    and shuffles them again before the merge and the join. A nullable key keeps `<=>`: a NULL key is a key, its
+    stored row filled and superseded."""
+    from spark_runner import service
+
+    monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList
+    shuffles: dict[str, int] = {}
+    thresholds = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
+    try:
+        for name in thresholds:
+            spark.conf.set(name, "-1")  # as for large tables: no side is broadcast
+        for table, key in (("strict", "INT NOT NULL"), ("nullable", "INT NULL")):
+            doris.sql(db, DDL.format(key=key).replace("CREATE TABLE t ", f"CREATE TABLE {table} "))
+            body = as_json([(k, f"v{k}", 1, k) for k in range(300)]) + '{"k": null, "v": "vnull", "s": 1, "w": 7}\n'
+            reply = doris.stream_load(db, table, body, {**JSON, "max_filter_ratio": "0.5"}).json()
+            assert_doris_result(reply, loaded=300 if key.endswith("NOT NULL") else 301)
+            update = "".join(f'{{"k": {k}, "v": "p{k}"}}\n' for k in range(0, 300, 3)) + '{"k": null, "v": "pnull"}\n'
+            headers = {**JSON, "partial_columns": "true", "columns": "k,v", "max_filter_ratio": "0.5"}
+            before = executions().size()
+            reply = doris.stream_load(db, table, update, headers).json()
+            assert_doris_result(reply, loaded=100 if key.endswith("NOT NULL") else 101)
+            plans = [executions().apply(i).physicalPlanDescription() for i in range(before, executions().size())]
+            shuffles[table] = max(plan.split("\n\n")[0].count("Exchange") for plan in plans)
+            expected = [[k, f"p{k}" if k % 3 == 0 else f"v{k}", 1, k] for k in range(300)]
+            if table == "nullable":
+                expected.insert(0, [None, "pnull", 1, 7])
+            assert doris.rows(db, f"SELECT k, v, s, w FROM {table} ORDER BY k") == expected
+    finally:
+        for name in thresholds:
+            spark.conf.unset(name)
+    assert shuffles["strict"] < shuffles["nullable"], shuffles
