@@ -332,7 +332,19 @@ def test_a_partial_update_decided_in_its_job_shuffles_the_stored_rows_once_on_a_
     from spark_runner import service
 
     monkeypatch.setattr(service, "DRIVER_RECHECK_ROWS", 0)  # decided in the job, as into a large table
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList
+    store = spark._jsparkSession.sharedState().statusStore()
+
+    def plans_after(last: int) -> list[str]:
+        """The physical plans of the SQL executions after execution `last` (the store keeps the latest ones,
+        in execution order)."""
+        runs = store.executionsList()
+        plans = []
+        for i in range(runs.size() - 1, -1, -1):
+            if runs.apply(i).executionId() <= last:
+                break
+            plans.append(runs.apply(i).physicalPlanDescription())
+        return plans
+
     shuffles: dict[str, int] = {}
     thresholds = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
     try:
@@ -345,10 +357,12 @@ def test_a_partial_update_decided_in_its_job_shuffles_the_stored_rows_once_on_a_
             assert_doris_result(reply, loaded=300 if key.endswith("NOT NULL") else 301)
             update = "".join(f'{{"k": {k}, "v": "p{k}"}}\n' for k in range(0, 300, 3)) + '{"k": null, "v": "pnull"}\n'
             headers = {**JSON, "partial_columns": "true", "columns": "k,v", "max_filter_ratio": "0.5"}
-            before = executions().size()
+            runs = store.executionsList()
+            last = runs.apply(runs.size() - 1).executionId() if runs.size() else -1
             reply = doris.stream_load(db, table, update, headers).json()
             assert_doris_result(reply, loaded=100 if key.endswith("NOT NULL") else 101)
-            plans = [executions().apply(i).physicalPlanDescription() for i in range(before, executions().size())]
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # the store hears of executions through it
+            plans = plans_after(last)
             shuffles[table] = max(plan.split("\n\n")[0].count("Exchange") for plan in plans)
             expected = [[k, f"p{k}" if k % 3 == 0 else f"v{k}", 1, k] for k in range(300)]
             if table == "nullable":
