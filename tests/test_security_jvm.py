@@ -37,7 +37,7 @@ NO_SCAN_NODE = (
     [
         pytest.param(
             {"spark.driver.memory": "512m"},
-            "-Xms512m -XX:+AlwaysPreTouch -XX:+ExitOnOutOfMemoryError",
+            "-Xms512m -XX:+AlwaysPreTouch -XX:+UseParallelGC -XX:+ExitOnOutOfMemoryError",
             id="the-default-heap-options-exit-on-out-of-memory",
         ),
         pytest.param(
@@ -54,6 +54,16 @@ NO_SCAN_NODE = (
 )
 def test_driver_jvm_is_started_to_end_on_out_of_memory(conf: dict[str, str], options: str) -> None:
     assert with_fixed_heap(conf)["spark.driver.extraJavaOptions"] == options
+
+
+def test_the_driver_jvm_runs_the_throughput_collector(spark: Any) -> None:
+    """The session's JVM collects with the parallel collector (its beans are "PS Scavenge" and "PS MarkSweep";
+    G1's are "G1 Young Generation" and "G1 Old Generation"), and its heap is the fixed size it was given."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}
+    arguments = list(management.getRuntimeMXBean().getInputArguments())
+    assert "-XX:+UseParallelGC" in arguments and "-XX:+AlwaysPreTouch" in arguments
 
 
 @pytest.fixture(scope="module")
