@@ -58,7 +58,7 @@ def test_driver_jvm_is_started_to_end_on_out_of_memory(conf: dict[str, str], opt
 
 def test_the_driver_jvm_runs_the_throughput_collector(spark: Any) -> None:
     """The session's JVM collects with the parallel collector (its beans are "PS Scavenge" and "PS MarkSweep";
-    G1's are "G1 Young Generation" and "G1 Old Generation"), and its heap is the fixed size it was given."""
+    G1's are "G1 Young Generation" and "G1 Old Generation"), started with the collector and the pre-touched heap."""
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
     assert collectors == {"PS Scavenge", "PS MarkSweep"}
