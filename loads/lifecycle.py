@@ -24,13 +24,14 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
 from loaders.staging import BodyLimits, StagedPayload, check_body_limit, receive_body
+from loads.steps import StepThreads
 from tables.errors import DorisError, LoadError
 from tables.load_spec import LoadRequest, LoadResult, render_load
 
@@ -65,6 +66,7 @@ class StreamLoads:
     group_commit: GroupCommitter | None
     staging_dir: Path
     limits: BodyLimits
+    steps: StepThreads = field(default_factory=lambda: StepThreads("stream-load-step"))
 
     async def run(self, load: LoadRequest, chunks: AsyncIterator[bytes], *, expected: int | None) -> LoadResult:
         """Plan and claim, receive the body, run; every failure of the load or its body is a `LoadResult`.
@@ -74,14 +76,18 @@ class StreamLoads:
         """
         try:
             check_body_limit(load, expected, self.limits)
-            prepared = await anyio.to_thread.run_sync(self.service.prepare, load)
+            prepared = await self.steps.run(lambda: self.service.prepare(load), undo=self.service.abort)
         except Exception as exc:
             return refused(exc, label=load.label, comment=load.comment)
         try:
             with self.holding(prepared) as held:
                 staged = await self.receive(held, chunks, expected=expected)
                 receive_ms = int((time.monotonic() - held.received) * 1000)
-                outcome = await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms))
+                mode = self._mode(prepared, staged.size)
+                if mode is not None and staged.data is not None:  # a small body handed to its group: a short step
+                    outcome = await self.steps.run(lambda: self.run_staged(prepared, staged, receive_ms, mode))
+                else:  # a Spark job, or a large body's WAL copy: a worker thread of its own
+                    outcome = await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms, mode))
                 if isinstance(outcome, LoadResult):
                     return outcome
                 # a load answered once its group has committed: awaited here, not in a thread; like a thread's
@@ -145,11 +151,10 @@ class StreamLoads:
         return group_mode(prepared, size) if self.group_commit is not None else None
 
     def run_staged(
-        self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int
+        self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int, mode: str | None = None
     ) -> LoadResult | Future[LoadResult]:
-        """Group commit when the load's mode says so, else a plain run: decided here, once. A load answered
-        once its group has committed returns its future (`GroupCommitter.run`)."""
-        mode = self._mode(prepared, staged.size)
+        """Group commit in `mode` (the load's `_mode`, decided once by the caller), else a plain run. A load
+        answered once its group has committed returns its future (`GroupCommitter.run`)."""
         if mode is not None and self.group_commit is not None:
             return self.group_commit.run(
                 prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms, data=staged.data
