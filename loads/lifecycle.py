@@ -19,6 +19,7 @@ The app parses the request (credentials, framing, headers) and renders the reply
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -76,7 +77,7 @@ class StreamLoads:
         """
         try:
             check_body_limit(load, expected, self.limits)
-            prepared = await self.steps.run(lambda: self.service.prepare(load), undo=self.service.abort)
+            prepared = await self.steps.run(functools.partial(self.service.prepare, load), undo=self.service.abort)
         except Exception as exc:
             return refused(exc, label=load.label, comment=load.comment)
         try:
@@ -84,10 +85,11 @@ class StreamLoads:
                 staged = await self.receive(held, chunks, expected=expected)
                 receive_ms = int((time.monotonic() - held.received) * 1000)
                 mode = self._mode(prepared, staged.size)
+                step = functools.partial(self.run_staged, prepared, staged, receive_ms, mode)
                 if mode is not None and staged.data is not None:  # a small body handed to its group: a short step
-                    outcome = await self.steps.run(lambda: self.run_staged(prepared, staged, receive_ms, mode))
+                    outcome = await self.steps.run(step)
                 else:  # a Spark job, or a large body's WAL copy: a worker thread of its own
-                    outcome = await anyio.to_thread.run_sync(lambda: self.run_staged(prepared, staged, receive_ms, mode))
+                    outcome = await anyio.to_thread.run_sync(step)
                 if isinstance(outcome, LoadResult):
                     return outcome
                 # a load answered once its group has committed: awaited here, not in a thread; like a thread's

@@ -4,6 +4,7 @@ the event loop on a few threads of their own."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections import deque
@@ -112,5 +113,4 @@ class StepThreads:
                 else:
                     step.future.set_result(step.value)
             elif step.error is None and step.undo is not None:
-                undo, value = step.undo, step.value
-                self._put(_Step(lambda: undo(value), None, None))
+                self._put(_Step(functools.partial(step.undo, step.value), None, None))

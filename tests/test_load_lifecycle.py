@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -61,12 +62,16 @@ class StandInService:
         self.fail: BaseException | None = None  # raised by `prepare` or `run_staged` (`fail_at`)
         self.fail_at = ""
         self.ran: list[Path] = []
+        self.hold: tuple[threading.Event, threading.Event] | None = None  # (planning, go on): holds `prepare`
 
     def prepare(self, load: LoadRequest) -> PreparedLoad:
         if self.fail_at == "prepare":
             assert self.fail is not None
             raise self.fail
         txn_id = self.writer.begin(load.db, load.table, load.label)
+        if self.hold is not None:  # the label is claimed; the planning goes on once the test says so
+            self.hold[0].set()
+            self.hold[1].wait(10)
         table = SimpleNamespace(name=load.table, properties={})
         plan = SimpleNamespace(request=load, table=table, reads_stored=False)
         return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)  # type: ignore[arg-type]
@@ -188,6 +193,32 @@ def test_a_bug_while_running_aborts_removes_staging_and_propagates(service: Stan
     assert service.txns.label_state("db", "l1") == ABORTED
     assert service.ran and not service.ran[0].exists()
     assert_label_free(service, tmp_path)
+
+
+def test_a_load_cancelled_while_it_is_planned_leaves_its_label_free(service: StandInService, tmp_path: Path) -> None:
+    # the planning (label claim) runs on a step thread and is not stopped midway: the load's task, cancelled
+    # meanwhile (the server stopping), gets the cancellation, and the claim it would have got is undone
+    planning, go_on = threading.Event(), threading.Event()
+    service.hold = (planning, go_on)
+
+    async def cancelled_while_planned() -> None:
+        task = asyncio.create_task(loads(service, tmp_path).run(request(), chunks(BODY), expected=None))
+        assert await asyncio.to_thread(planning.wait, 10), "the load never started planning"
+        assert service.txns.label_state("db", "l1") == PREPARE
+        task.cancel()
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 10
+        while service.txns.label_state("db", "l1") != ABORTED:
+            assert time.monotonic() < deadline, service.txns.label_state("db", "l1")
+            await asyncio.sleep(0.01)
+
+    asyncio.run(cancelled_while_planned())
+    assert not service.ran
+    assert_label_free(service, tmp_path)
+    service.hold = None
+    assert run(service, tmp_path, chunks(BODY)).status == "Success"
 
 
 # -- the one renderer ----------------------------------------------------------------------------------------
