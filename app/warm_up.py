@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -200,7 +200,7 @@ class WarmUp:
                     prepared, path = staged(table, body, {"group_commit": "sync_mode"})
                     members.append(committer.run(prepared, path, "sync_mode", load_bytes=len(body), data=body))
                 for outcome in members:
-                    check(outcome.result() if isinstance(outcome, Future) else outcome)
+                    check(outcome.result() if isinstance(outcome, Future) else cast(LoadResult, outcome))
                 self.groups += 1
 
             try:

@@ -37,7 +37,7 @@ from tables.errors import DorisError, LoadError
 from tables.load_spec import LoadRequest, LoadResult, render_load
 
 if TYPE_CHECKING:  # they load pyspark: the app imports this module, and Spark starts with the services
-    from spark_runner.group_commit import GroupCommitter
+    from spark_runner.group_commit import Acknowledging, GroupCommitter
     from spark_runner.service import LoadService, PreparedLoad
 
 log = logging.getLogger(__name__)
@@ -85,13 +85,19 @@ class StreamLoads:
                 staged = await self.receive(held, chunks, expected=expected)
                 receive_ms = int((time.monotonic() - held.received) * 1000)
                 mode = self._mode(prepared, staged.size)
-                step = functools.partial(self.run_staged, prepared, staged, receive_ms, mode)
+                outcome: LoadResult | Future[LoadResult] | Acknowledging
                 if mode is not None and staged.data is not None:  # a small body handed to its group: a short step
+                    # (an async load's WAL record synced with those of the other loads of its step batch: its step
+                    # thread finishes its `Acknowledging`, and what comes back is its reply)
+                    step = functools.partial(self.run_staged, prepared, staged, receive_ms, mode, defer_sync=True)
                     outcome = await self.steps.run(step)
                 else:  # a Spark job, or a large body's WAL copy: a worker thread of its own
-                    outcome = await anyio.to_thread.run_sync(step)
+                    outcome = await anyio.to_thread.run_sync(
+                        functools.partial(self.run_staged, prepared, staged, receive_ms, mode)
+                    )
                 if isinstance(outcome, LoadResult):
                     return outcome
+                assert isinstance(outcome, Future), "an `Acknowledging` is finished by its step thread"
                 # a load answered once its group has committed: awaited here, not in a thread; like a thread's
                 # run, the wait is not cancelled (the group sets the future whatever happens)
                 with anyio.CancelScope(shield=True):
@@ -153,13 +159,26 @@ class StreamLoads:
         return group_mode(prepared, size) if self.group_commit is not None else None
 
     def run_staged(
-        self, prepared: PreparedLoad, staged: StagedPayload, receive_ms: int, mode: str | None = None
-    ) -> LoadResult | Future[LoadResult]:
+        self,
+        prepared: PreparedLoad,
+        staged: StagedPayload,
+        receive_ms: int,
+        mode: str | None = None,
+        *,
+        defer_sync: bool = False,
+    ) -> LoadResult | Future[LoadResult] | Acknowledging:
         """Group commit in `mode` (the load's `_mode`, decided once by the caller), else a plain run. A load
-        answered once its group has committed returns its future (`GroupCommitter.run`)."""
+        answered once its group has committed returns its future, an async one whose WAL sync is left to its
+        step thread (`defer_sync`) its `Acknowledging` (`GroupCommitter.run`)."""
         if mode is not None and self.group_commit is not None:
             return self.group_commit.run(
-                prepared, staged.path, mode, load_bytes=staged.size, receive_ms=receive_ms, data=staged.data
+                prepared,
+                staged.path,
+                mode,
+                load_bytes=staged.size,
+                receive_ms=receive_ms,
+                data=staged.data,
+                defer_sync=defer_sync,
             )
         staged = staged.materialize()
         return self.service.run_staged(prepared, staged.path, load_bytes=staged.size, receive_ms=receive_ms)

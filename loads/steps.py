@@ -10,7 +10,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,19 @@ T = TypeVar("T")
 STEP_THREADS = 2  # one more than a single thread lets two loads' claims and WAL appends share a sync
 MAX_BATCH = 64  # steps a thread takes at once: their outcomes go back together, so a batch delays its first
 IDLE_EXIT_S = 60.0  # an idle thread ends (another starts with the next step)
+
+
+@runtime_checkable
+class Deferred(Protocol):
+    """A step's value that is not final until it is made durable (an async load's WAL record, written but not
+    synced). A batch's deferred values are flushed last first, since a later flush covers the earlier ones
+    (each then returns at once), and then finished in order: one sync for the batch, not one per load."""
+
+    def flush(self) -> None: ...
+
+    def finish(self) -> Any: ...
+
+    def fail(self, error: BaseException) -> None: ...
 
 
 @dataclass
@@ -34,13 +47,14 @@ class _Step(Generic[T]):
 class StepThreads:
     """A few threads that run the short blocking steps of stream loads for the event loop.
 
-    A thread takes every step queued when it looks (up to `MAX_BATCH`), runs them in order, and hands their
-    outcomes back to the loop in one callback. Under concurrent small loads, anyio's worker threads cost more
-    than the steps themselves: a capacity limiter, a cancel scope, a thread wake-up and a loop wake-up per
-    call, and up to 40 threads taking the GIL in turn (py-spy: ~45 voluntary context switches per async load
-    in them, 0.96 ms of the server's CPU per load). Two threads keep the steps of concurrent loads overlapping
-    where it pays: one thread's label claim or WAL sync waits on the disk while the other runs, and their
-    writes share a sync (`TransactionStore.begin`, `WalLog.append`).
+    A thread takes every step queued when it looks (up to `MAX_BATCH`), runs them in order, makes their
+    `Deferred` values durable at once, and hands their outcomes back to the loop in one callback. Under
+    concurrent small loads, anyio's worker threads cost more than the steps themselves: a capacity limiter, a
+    cancel scope, a thread wake-up and a loop wake-up per call, and up to 40 threads taking the GIL in turn
+    (~45 voluntary context switches per async load in them, from /proc, and 0.96 ms of the server's CPU per
+    load). Two threads keep the steps of concurrent loads overlapping where it pays: one thread's label claim
+    or WAL sync waits on the disk while the other runs, and their label claims share a database write
+    (`TransactionStore.begin`).
 
     Only short steps belong here: a step that waits for a Spark job would hold up every load behind it.
     """
@@ -89,7 +103,27 @@ class StepThreads:
                     step.value = step.fn()
                 except BaseException as exc:  # handed to the awaiting task, which raises it
                     step.error = exc
+            self._make_durable([step for step in batch if isinstance(step.value, Deferred)])
             self._hand_back(batch)
+
+    @staticmethod
+    def _make_durable(deferred: list[_Step[Any]]) -> None:
+        """Flush the batch's deferred values, the last first (it covers the ones before it), then finish each,
+        or fail it with its flush's error."""
+        for step in reversed(deferred):
+            try:
+                step.value.flush()
+            except BaseException as exc:
+                step.error = exc
+        for step in deferred:
+            value, step.value = step.value, None
+            try:
+                if step.error is not None:
+                    value.fail(step.error)
+                else:
+                    step.value = value.finish()
+            except BaseException as exc:
+                step.error = exc
 
     def _hand_back(self, batch: list[_Step[Any]]) -> None:
         """One callback per event loop for the batch's outcomes."""

@@ -249,6 +249,10 @@ class WalLog:
 
     def append(self, txn_id: int, meta: bytes, payload: bytes) -> None:
         """Append one record and return once it is durable."""
+        self.sync(self.write(txn_id, meta, payload))
+
+    def write(self, txn_id: int, meta: bytes, payload: bytes) -> int:
+        """Append one record, not yet durable: returns the `sync` that makes it so."""
         body = meta + payload
         record = self.RECORD.pack(self.MAGIC, txn_id, len(meta), len(payload), zlib.crc32(body))
         with self._lock:
@@ -258,7 +262,11 @@ class WalLog:
             self._owed[self._number] += 1
             self._written += 1
             self.appends += 1
-            mine = self._written
+            return self._written
+
+    def sync(self, mine: int) -> None:
+        """Return once the records up to the `write` that returned `mine` are durable: at once when a sync that
+        started after it has ended, else after one more (which covers every record written before it)."""
         with self._sync_lock:
             if self._synced >= mine:  # synced by the sync this load waited behind
                 return
@@ -358,6 +366,33 @@ class _Member:
     def payload(self) -> Path | bytes:
         """Where the group reads the payload from: its bytes when kept in memory, else its file."""
         return self.data if self.data is not None else self.path
+
+
+@dataclass
+class Acknowledging:
+    """An async load whose WAL record is written, not yet synced (`GroupCommitter.run` with `defer_sync`).
+
+    Its caller syncs it, with the records written before it (`flush`: the last load's sync covers the loads
+    before it), then `finish`es it: queued for its group, its reply returned. A failed sync `fail`s it: not owed,
+    not queued, and the caller answers its error.
+    """
+
+    committer: GroupCommitter
+    member: _Member
+    mine: int  # its record's `WalLog.sync`
+    reply: LoadResult
+
+    def flush(self) -> None:
+        self.committer.log.sync(self.mine)
+
+    def finish(self) -> LoadResult:
+        self.committer._submit(self.member)
+        return self.reply
+
+    def fail(self, error: BaseException) -> None:
+        txn_id = self.member.prepared.txn_id
+        self.committer._unwritten(txn_id, self.member.path)
+        self.committer.backlog.release(txn_id)
 
 
 class _Worker:
@@ -511,7 +546,8 @@ class GroupCommitter:
         load_bytes: int,
         receive_ms: int = 0,
         data: bytes | None = None,
-    ) -> LoadResult | Future[LoadResult]:
+        defer_sync: bool = False,
+    ) -> LoadResult | Future[LoadResult] | Acknowledging:
         """Run a staged stream load in a group (`mode` is its `group_mode`, decided by the caller): async
         answers once its payload is durable in wal/ (its result); a sync load, and an async one past the WAL's
         bounds (`WalBacklog`), is answered once its group has committed: its result is the future returned,
@@ -519,7 +555,10 @@ class GroupCommitter:
         app's thread pool, 40 loads, and every other load's planning waited for one of those threads).
 
         `data`: the payload kept in memory (a small body, `loaders.staging.IN_MEMORY_BYTES`): nothing is at
-        `path`, and the load makes no file at all unless its group is read by a Spark scan."""
+        `path`, and the load makes no file at all unless its group is read by a Spark scan.
+
+        `defer_sync`: an async load whose WAL record is written but not yet synced is returned as
+        `Acknowledging`; its caller syncs it (with the records of other loads) before it finishes it."""
         if mode == "async_mode":
             txn = self.loads.txns.get(prepared.txn_id)
             if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
@@ -531,13 +570,17 @@ class GroupCommitter:
                     path.write_bytes(data)  # memory: staged as a file, as a larger body is
                     data = None
                 try:
-                    wal, payload = self._write_wal(prepared, path, load_bytes, data)
+                    wal, payload, unsynced = self._write_wal(prepared, path, load_bytes, data, sync=not defer_sync)
                 except BaseException:
                     self.backlog.release(prepared.txn_id)
                     raise
-                self._submit(_Member(prepared, wal, load_bytes, receive_ms, acknowledged=True, data=data))
+                member = _Member(prepared, wal, load_bytes, receive_ms, acknowledged=True, data=data)
                 rows = _count_rows(payload, prepared.request)
-                return self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
+                reply = self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
+                if unsynced:
+                    return Acknowledging(self, member, unsynced, reply)
+                self._submit(member)
+                return reply
         linked = self.group_dir / f"txn_{prepared.txn_id}.dat"
         if data is None:
             os.link(path, linked)
@@ -581,12 +624,12 @@ class GroupCommitter:
 
     # -- write-ahead files ----------------------------------------------------------------
     def _write_wal(
-        self, prepared: PreparedLoad, path: Path, load_bytes: int, data: bytes | None = None
-    ) -> tuple[Path, bytes]:
+        self, prepared: PreparedLoad, path: Path, load_bytes: int, data: bytes | None = None, *, sync: bool = True
+    ) -> tuple[Path, bytes, int]:
         """The payload and its request, durable before the load is acknowledged: a small payload as a record of
         the log (`WalLog`, its fsync shared with concurrent loads), a large one as files of its own. Returns the
-        payload's file in wal/, which the group reads (none for a payload kept in memory, `data`), and the
-        payload."""
+        payload's file in wal/, which the group reads (none for a payload kept in memory, `data`), the
+        payload, and 0, or without `sync` the `WalLog.sync` that makes a small payload's record durable."""
         wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
         meta = _wal_meta(prepared.request, load_bytes)
         if data is None:  # a staged file: linked into wal/, where the group reads it
@@ -594,12 +637,14 @@ class GroupCommitter:
         payload = data if data is not None else wal.read_bytes()
         if load_bytes <= WalLog.MAX_PAYLOAD:
             try:
-                self.log.append(prepared.txn_id, meta, payload)
+                mine = self.log.write(prepared.txn_id, meta, payload)
+                if not sync:
+                    return wal, payload, mine
+                self.log.sync(mine)
             except BaseException:  # not acknowledged: not owed (a record that did reach the disk is replayed)
-                self.log.release(prepared.txn_id)
-                wal.unlink(missing_ok=True)
+                self._unwritten(prepared.txn_id, wal)
                 raise
-            return wal, payload
+            return wal, payload, 0
         if data is not None:  # (a body kept in memory is far smaller than the log's largest record)
             wal.write_bytes(data)
         tmp = self.wal_dir / f"txn_{prepared.txn_id}.tmp"
@@ -608,7 +653,13 @@ class GroupCommitter:
             _fsync(name)
         os.replace(tmp, tmp.with_suffix(".json"))
         _fsync(self.wal_dir)
-        return wal, payload
+        return wal, payload, 0
+
+    def _unwritten(self, txn_id: int, wal: Path) -> None:
+        """A load's WAL record that did not become durable: not owed (a record that did reach the disk is read
+        back at start-up, and its aborted transaction says it is not owed)."""
+        self.log.release(txn_id)
+        wal.unlink(missing_ok=True)
 
     def _restore_wal(self, txn_id: int, meta: bytes, payload: bytes) -> bool:
         """A record of the log still owed written back as the files the replay reads (the log stays the durable
