@@ -77,7 +77,10 @@ class StreamLoads:
         """
         try:
             check_body_limit(load, expected, self.limits)
-            prepared = await self.steps.run(functools.partial(self.service.prepare, load), undo=self.service.abort)
+            # planned on a step thread, its label claim written with those of the other loads of its step batch
+            prepared = await self.steps.run_deferred(
+                functools.partial(self.service.prepare_later, load), undo=self.service.abort
+            )
         except Exception as exc:
             return refused(exc, label=load.label, comment=load.comment)
         try:

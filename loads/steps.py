@@ -10,11 +10,12 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 STEP_THREADS = 2  # one more than a single thread lets two loads' claims and WAL appends share a sync
 MAX_BATCH = 64  # steps a thread takes at once: their outcomes go back together, so a batch delays its first
@@ -22,14 +23,14 @@ IDLE_EXIT_S = 60.0  # an idle thread ends (another starts with the next step)
 
 
 @runtime_checkable
-class Deferred(Protocol):
+class Deferred(Protocol[T_co]):
     """A step's value that is not final until it is made durable (an async load's WAL record, written but not
     synced). A batch's deferred values are flushed last first, since a later flush covers the earlier ones
     (each then returns at once), and then finished in order: one sync for the batch, not one per load."""
 
     def flush(self) -> None: ...
 
-    def finish(self) -> Any: ...
+    def finish(self) -> T_co: ...
 
     def fail(self, error: BaseException) -> None: ...
 
@@ -68,13 +69,20 @@ class StepThreads:
         self._idle = 0
 
     async def run(self, fn: Callable[[], T], *, undo: Callable[[T], object] | None = None) -> T:
-        """`fn()` on a step thread; its value or its exception.
+        """`fn()` on a step thread; its value (a `Deferred` one once finished) or its exception.
 
         Like a worker thread's run, a step that started is not stopped: when the awaiting task is cancelled, the
         step runs to its end and its value is handed to `undo` (on a step thread), not to the caller.
         """
+        return cast(T, await self._run(fn, undo))
+
+    async def run_deferred(self, fn: Callable[[], Deferred[T]], *, undo: Callable[[T], object] | None = None) -> T:
+        """`run` of a step whose value is `Deferred`: what comes back is its `finish`."""
+        return cast(T, await self._run(fn, undo))
+
+    async def _run(self, fn: Callable[[], object], undo: Callable[[Any], object] | None) -> Any:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self._put(_Step(fn, loop, future, undo))
         return await future
 

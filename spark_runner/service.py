@@ -46,7 +46,7 @@ from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, DorisError, LoadError, LoadTimeout, SchemaChanged, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
 from tables.rowsets import FileFilter, live_data_files, plain_path, wanted_values
-from tables.transactions import TransactionStore
+from tables.transactions import Claim, TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,44 @@ class PreparedLoad:
     @property
     def request(self) -> LoadRequest:
         return self.plan.request
+
+
+@dataclass
+class Planning:
+    """A load whose label claim is queued (`LoadService.prepare_later`): `flush` writes the claim, `finish`
+    plans the load, and a load whose plan fails gives its label back."""
+
+    writer: TableWriter
+    request: LoadRequest
+    handle: TableHandle
+    claim: Claim
+    started: float
+    txn_id: int = 0
+    began: float = 0.0
+
+    def flush(self) -> None:
+        """Raises: LabelAlreadyExists, StoreUnavailable."""
+        self.txn_id = self.writer.claimed(self.claim)
+        self.began = time.monotonic()
+
+    def finish(self) -> PreparedLoad:
+        """Raises: LoadError (planning errors)."""
+        try:
+            plan = _plan(self.request, self.handle)
+        except BaseException:
+            self.writer.abort(self.txn_id)
+            raise
+        return PreparedLoad(
+            plan=plan,
+            txn_id=self.txn_id,
+            started=self.started,
+            begin_txn_ms=int((self.began - self.started) * 1000),
+            plan_ms=int((time.monotonic() - self.began) * 1000),
+            handle=self.handle,
+        )
+
+    def fail(self, error: BaseException) -> None:
+        """The claim was not written (its error is the load's): nothing to give back."""
 
 
 # A load's source frame, built for the load as (re)planned
@@ -131,28 +169,26 @@ class LoadService:
         Raises:
             DorisError (unknown db/table, label in use), LoadError (planning errors).
         """
+        planning = self.prepare_later(request)
+        planning.flush()
+        return planning.finish()
+
+    def prepare_later(self, request: LoadRequest) -> Planning:
+        """`prepare` with its label claim queued: its `flush` writes the claim (with every claim queued before
+        it), its `finish` plans the load (a step's `Deferred`, `loads.steps`).
+
+        Raises:
+            DorisError (unknown db/table).
+        """
         started = time.monotonic()
         if backend_stopped(self.spark, wait=0.0):  # refused before the label is claimed, as Doris's FE does
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         handle = self._target(request)
         # the label first, as Doris's FE begins the transaction before it plans the load
-        txn_id = self.writer.begin(
+        claim = self.writer.claim(
             request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)
         )
-        began = time.monotonic()
-        try:
-            plan = _plan(request, handle)
-        except BaseException:
-            self.writer.abort(txn_id)
-            raise
-        return PreparedLoad(
-            plan=plan,
-            txn_id=txn_id,
-            started=started,
-            begin_txn_ms=int((began - started) * 1000),
-            plan_ms=int((time.monotonic() - began) * 1000),
-            handle=handle,
-        )
+        return Planning(self.writer, request, handle, claim, started)
 
     def _target(self, request: LoadRequest) -> TableHandle:
         return loaded_target(self.catalog, self.catalog.load(request.db, request.table), request)

@@ -67,7 +67,17 @@ from tables.row_delta import (
 from tables.rowset import restamp_version
 from tables.rowsets import RowsetsChanged, file_partition, live_data_files, partition_of, plain_path
 from tables.schema_change import SchemaOp, apply_ops
-from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, UNKNOWN, VISIBLE, TransactionStore, Txn
+from tables.transactions import (
+    ABORTED,
+    COMMITTED,
+    PRECOMMITTED,
+    PREPARE,
+    UNKNOWN,
+    VISIBLE,
+    Claim,
+    TransactionStore,
+    Txn,
+)
 from tables.versions import SharedTurnstile, SharedVersions
 from tables.warehouse import (
     Location,
@@ -349,6 +359,14 @@ class TableWriter:
             LabelAlreadyExists: the label is held.
         """
         return self._txns.begin(db, table, label, table_uuid=table_uuid)
+
+    def claim(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> Claim:
+        """`begin` in two steps (`TransactionStore.claim`): `claimed` must follow."""
+        return self._txns.claim(db, table, label, table_uuid=table_uuid)
+
+    def claimed(self, claim: Claim) -> int:
+        """Raises: LabelAlreadyExists (`begin`)."""
+        return self._txns.claimed(claim)
 
     def abort(self, txn_id: int, reason: str | None = None, *, expect: tuple[str, ...] = (PREPARE,)) -> bool:
         """Abort a transaction that has not committed (frees its label); True when it was in `expect`."""

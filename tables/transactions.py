@@ -53,8 +53,9 @@ class Txn:
 
 
 @dataclass
-class _Claim:
-    """One `begin` waiting for its batch: its result (`txn_id`) or its error once `done`."""
+class Claim:
+    """A label claim waiting for its batch (`TransactionStore.claim`): its result (`txn_id`) or its error once
+    `done`."""
 
     db: str
     table: str
@@ -74,7 +75,7 @@ class TransactionStore:
         self._owns_store = not isinstance(store, Store)
         self.store.ensure(TXNS)
         self.label_keep_seconds = label_keep_seconds
-        self._claims: list[_Claim] = []  # waiting for the next batch
+        self._claims: list[Claim] = []  # waiting for the next batch
         self._claiming = False  # a batch is being written
         self._claims_ready = threading.Condition(threading.Lock())
         self.claim_batches = 0  # database transactions that wrote claims (each may hold many)
@@ -122,9 +123,24 @@ class TransactionStore:
             LabelAlreadyExists: a transaction with this label is not aborted (and not expired).
             StoreUnavailable: the database cannot be reached (nothing was claimed).
         """
-        claim = _Claim(db, table, label, table_uuid)
+        return self.claimed(self.claim(db, table, label, table_uuid=table_uuid))
+
+    def claim(self, db: str, table: str, label: str, *, table_uuid: str | None = None) -> Claim:
+        """`begin` in two steps: queue the claim for the next batch; `claimed` must follow, whatever happens
+        between (claims queued by one thread, then waited for, share one database write)."""
+        claim = Claim(db, table, label, table_uuid)
         with self._claims_ready:
             self._claims.append(claim)
+        return claim
+
+    def claimed(self, claim: Claim) -> int:
+        """The transaction id of a queued `claim`, once its batch is written (this thread writes it unless
+        another one is writing a batch that holds it).
+
+        Raises:
+            LabelAlreadyExists, StoreUnavailable: as `begin`.
+        """
+        with self._claims_ready:
             while not claim.done:
                 if self._claiming:  # the batch being written started before this claim: wait for the next
                     self._claims_ready.wait()
@@ -142,7 +158,7 @@ class TransactionStore:
             raise claim.error
         return claim.txn_id
 
-    def _claim_all(self, batch: list[_Claim]) -> None:
+    def _claim_all(self, batch: list[Claim]) -> None:
         """Write a batch of claims in one transaction; each claim gets its id or its own error (a label
         already held), and all of them the error of a write that failed."""
         ids: list[int | LabelAlreadyExists] = []

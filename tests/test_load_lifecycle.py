@@ -76,6 +76,11 @@ class StandInService:
         plan = SimpleNamespace(request=load, table=table, reads_stored=False)
         return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)  # type: ignore[arg-type]
 
+    def prepare_later(self, load: LoadRequest) -> SimpleNamespace:
+        """`prepare` as a step's `Deferred` (`LoadService.prepare_later`)."""
+        prepared = self.prepare(load)
+        return SimpleNamespace(flush=lambda: None, finish=lambda: prepared, fail=lambda error: None)
+
     abort = LoadService.abort
     cleanup_staged = LoadService.cleanup_staged
     prestage = LoadService.prestage

@@ -1,15 +1,20 @@
-"""The step threads of stream loads (loads/steps.py): every step's value or error reaches its caller, and
-concurrent loads' steps share a few threads, off the event loop."""
+"""The step threads of stream loads (loads/steps.py): every step's value or error reaches its caller,
+concurrent loads' steps share a few threads, off the event loop, and the steps of one batch share one WAL sync
+and one database write of their label claims."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from loads.steps import STEP_THREADS, StepThreads
+from spark_runner.group_commit import WalLog
+from tables.errors import LabelAlreadyExists
+from tables.transactions import PREPARE, TransactionStore
 
 
 def test_concurrent_steps_return_their_own_values_on_a_few_threads_off_the_loop() -> None:
@@ -73,3 +78,118 @@ def test_a_cancelled_callers_step_ends_and_its_value_is_undone() -> None:
 
     asyncio.run(cancel_midway())
     assert undone == ["txn 7"]
+
+
+class _Record:
+    """A step's `Deferred` value as an async load's is: its WAL record written, synced by `flush`."""
+
+    def __init__(self, wal: WalLog, txn_id: int, fail_sync: bool = False) -> None:
+        self.wal, self.txn_id, self.fail_sync = wal, txn_id, fail_sync
+        self.mine = wal.write(txn_id, b'{"load": %d}' % txn_id, b"%d,row\n" % txn_id)
+        self.failed: BaseException | None = None
+
+    def flush(self) -> None:
+        if self.fail_sync:
+            raise OSError(5, "Input/output error")
+        self.wal.sync(self.mine)
+
+    def finish(self) -> int:
+        return self.txn_id
+
+    def fail(self, error: BaseException) -> None:
+        self.failed = error
+        self.wal.release(self.txn_id)
+
+
+async def _held(steps: StepThreads, go_on: threading.Event) -> asyncio.Future[bool]:
+    """A step that holds the step thread until `go_on` (returned once it runs): the steps queued meanwhile
+    form one batch."""
+    running = threading.Event()
+
+    def hold() -> bool:
+        running.set()
+        return go_on.wait(10)
+
+    held = asyncio.ensure_future(steps.run(hold))
+    assert await asyncio.to_thread(running.wait, 10)
+    return held
+
+
+def test_the_wal_records_of_a_step_batch_share_one_sync(tmp_path: Path) -> None:
+    wal = WalLog(tmp_path)
+    steps = StepThreads("test-step", threads=1)
+    go_on = threading.Event()
+
+    async def batch() -> list[int]:
+        held = await _held(steps, go_on)
+        loads = [steps.run_deferred(lambda i=i: _Record(wal, i)) for i in range(16)]
+        tasks = [asyncio.ensure_future(load) for load in loads]
+        await asyncio.sleep(0.05)
+        go_on.set()
+        await held
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(batch()) == list(range(16))
+    assert (wal.appends, wal.fsyncs) == (16, 1)
+    recovered: list[int] = []
+    assert WalLog(tmp_path).recover(lambda txn_id, meta, payload: recovered.append(txn_id) is None) == 16
+    assert recovered == list(range(16))
+
+
+def test_a_failed_sync_fails_its_step_alone_and_its_record_is_not_owed(tmp_path: Path) -> None:
+    wal = WalLog(tmp_path)
+    steps = StepThreads("test-step", threads=1)
+    records: dict[int, _Record] = {}
+
+    def record(i: int) -> _Record:
+        records[i] = _Record(wal, i, fail_sync=i == 2)
+        return records[i]
+
+    async def batch() -> list[int | BaseException]:
+        go_on = threading.Event()
+        held = await _held(steps, go_on)
+        tasks = [asyncio.ensure_future(steps.run_deferred(lambda i=i: record(i))) for i in range(4)]
+        await asyncio.sleep(0.05)
+        go_on.set()
+        await held
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    outcomes = asyncio.run(batch())
+    assert [o for i, o in enumerate(outcomes) if i != 2] == [0, 1, 3]
+    assert isinstance(outcomes[2], OSError) and records[2].failed is outcomes[2]
+    assert all(records[i].failed is None for i in (0, 1, 3))
+
+
+def test_the_label_claims_of_a_step_batch_share_one_database_write(tmp_path: Path) -> None:
+    txns = TransactionStore(tmp_path / "txns.db")
+    steps = StepThreads("test-step", threads=1)
+
+    class Claiming:
+        def __init__(self, label: str) -> None:
+            self.claim = txns.claim("db", "t", label)
+
+        def flush(self) -> None:
+            self.txn_id = txns.claimed(self.claim)
+
+        def finish(self) -> int:
+            return self.txn_id
+
+        def fail(self, error: BaseException) -> None:
+            pass
+
+    async def batch() -> list[int | BaseException]:
+        go_on = threading.Event()
+        held = await _held(steps, go_on)
+        labels = [f"l{i}" for i in range(10)] + ["l3"]  # the last one is taken already
+        tasks = [asyncio.ensure_future(steps.run_deferred(lambda label=label: Claiming(label))) for label in labels]
+        await asyncio.sleep(0.05)
+        go_on.set()
+        await held
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    before = txns.claim_batches
+    outcomes = asyncio.run(batch())
+    assert txns.claim_batches - before == 1
+    assert len({o for o in outcomes[:10] if isinstance(o, int)}) == 10
+    assert isinstance(outcomes[10], LabelAlreadyExists)
+    assert [txns.label_state("db", f"l{i}") for i in range(10)] == [PREPARE] * 10
