@@ -6,7 +6,8 @@ marked VISIBLE after the Iceberg commit, or ABORTED when it fails (which frees t
 
 Claims of concurrent loads share one database transaction (`begin`): a claim that arrives while another
 batch is being written waits and goes into the next one, so N concurrent loads cost about one synced write,
-not N, as a database's group commit of its log does.
+not N, as a database's group commit of its log does. One thread can queue several claims and then wait for
+them (`claim`, `claimed`): the stream loads' step threads write a batch's claims at once (`loads.steps`).
 
 Across servers (one PostgreSQL): transaction ids come from the database's sequence (rowset directories are
 named `txn_<id>`); a claim takes a lock on its label for its transaction (`Tx.lock`), so of two servers claiming
