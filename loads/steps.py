@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
-STEP_THREADS = 2  # one more than a single thread lets two loads' claims and WAL appends share a sync
+STEP_THREADS = 2  # one thread's disk waits (a batch's claim commit, its WAL sync) overlap the other's steps
 MAX_BATCH = 64  # steps a thread takes at once: their outcomes go back together, so a batch delays its first
 IDLE_EXIT_S = 60.0  # an idle thread ends (another starts with the next step)
 
@@ -53,9 +53,9 @@ class StepThreads:
     concurrent small loads, anyio's worker threads cost more than the steps themselves: a capacity limiter, a
     cancel scope, a thread wake-up and a loop wake-up per call, and up to 40 threads taking the GIL in turn
     (~45 voluntary context switches per async load in them, from /proc, and 0.96 ms of the server's CPU per
-    load). Two threads keep the steps of concurrent loads overlapping where it pays: one thread's label claim
-    or WAL sync waits on the disk while the other runs, and their label claims share a database write
-    (`TransactionStore.begin`).
+    load). Two threads keep the steps of concurrent loads overlapping where it pays: one thread's batch waits
+    on the disk (its label claims' commit, its WAL sync) while the other runs (one thread, or four, measured
+    slower).
 
     Only short steps belong here: a step that waits for a Spark job would hold up every load behind it.
     """
@@ -96,6 +96,16 @@ class StepThreads:
                 threading.Thread(target=self._work, name=self._name, daemon=True).start()
 
     def _work(self) -> None:
+        try:
+            self._serve()
+        except BaseException:  # a bug here: the next step starts another thread
+            log.exception("stream-load step thread failed")
+            with self._ready:
+                self._alive -= 1
+            raise
+
+    def _serve(self) -> None:
+        """Take batches until idle for `IDLE_EXIT_S` (the thread then ends)."""
         while True:
             with self._ready:
                 while not self._queue:
