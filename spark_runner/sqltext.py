@@ -57,14 +57,27 @@ def convert_sql(raw: str, t: DorisType, *, from_text: bool = True) -> str:
         return f"CASE WHEN {text} IN ('true', '1') THEN true WHEN {text} IN ('false', '0') THEN false END"
     converted = f"try_cast({raw} AS {value_type_sql(t)})"
     if t.is_integer and t.name != "LARGEINT" and from_text:
-        # Text that prints back unchanged ("42", "-7") is an integer; only other text needs the regex
-        # (which is the rule; the first test only skips it for the common case).
+        # The rule is the regex; the first test only skips it for the common case, text exactly as long as its
+        # value printed ("42", "-7"). `try_cast` takes digits with an optional sign, trimmed of blanks and of
+        # control characters, which the rule refuses: text it takes that is not its value printed is longer.
         text = f"CAST({raw} AS STRING)"
+        printed = _printed_length(converted, INTEGER_DIGITS[value_type_sql(t)])
         return (
-            f"CASE WHEN CAST({converted} AS STRING) = {text} THEN {converted} "
+            f"CASE WHEN octet_length({text}) = {printed} THEN {converted} "
             f"WHEN {text} RLIKE {lit(INTEGER_TEXT)} THEN {converted} END"
         )
     return converted
+
+
+INTEGER_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INT": 10, "BIGINT": 19}  # digits of the type's widest value
+
+
+def _printed_length(value: str, digits: int) -> str:
+    """The length of an integer `value` printed (a sign and its digits), by comparisons: printing it to compare
+    the text with (`CAST(... AS STRING)`) cost ~6% of a bulk load's job."""
+    positive = " ".join(f"WHEN {value} < {10**k} THEN {k}" for k in range(1, digits))
+    negative = " ".join(f"WHEN {value} > -{10**k} THEN {k + 1}" for k in range(1, digits))
+    return f"CASE WHEN {value} >= 0 THEN CASE {positive} ELSE {digits} END ELSE CASE {negative} ELSE {digits + 1} END END"
 
 
 def default_sql(col: ColumnDef) -> str:
