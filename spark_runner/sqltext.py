@@ -77,7 +77,8 @@ def _printed_length(value: str, digits: int) -> str:
     the text with (`CAST(... AS STRING)`) cost ~6% of a bulk load's job."""
     positive = " ".join(f"WHEN {value} < {10**k} THEN {k}" for k in range(1, digits))
     negative = " ".join(f"WHEN {value} > -{10**k} THEN {k + 1}" for k in range(1, digits))
-    return f"CASE WHEN {value} >= 0 THEN CASE {positive} ELSE {digits} END ELSE CASE {negative} ELSE {digits + 1} END END"
+    signed = f"CASE {negative} ELSE {digits + 1} END"
+    return f"CASE WHEN {value} >= 0 THEN CASE {positive} ELSE {digits} END ELSE {signed} END"
 
 
 def default_sql(col: ColumnDef) -> str:

@@ -35,7 +35,8 @@ def texts(bits: int) -> list[str]:
     rng = random.Random(bits)
     alphabet = "0123456789-+ \t\x01\x7f.e"
     fixed += ["".join(rng.choices(alphabet, k=rng.randint(1, 6))) for _ in range(300)]
-    fixed += [rng.choice(["", "-", "+", " "]) + str(rng.randint(0, 2**bits)) + rng.choice(["", " ", "\x01"]) for _ in range(200)]
+    signs, ends = ["", "-", "+", " "], ["", " ", "\x01"]
+    fixed += [rng.choice(signs) + str(rng.randint(0, 2**bits)) + rng.choice(ends) for _ in range(200)]
     return fixed
 
 
