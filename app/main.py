@@ -411,6 +411,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        **metrics.telemetry_options(),
     )
     openapi.install(app)
     # every error in Doris's shape, per route family (app/responses.py)

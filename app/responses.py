@@ -28,7 +28,9 @@ class DorisLoadResponse(Response):
     """Stream-load replies: HTTP 200, JSON pretty-printed with 4 spaces and a trailing newline, as the BE sends."""
 
     def __init__(self, result: LoadResult) -> None:
-        body = json.dumps(result.to_doris(), indent=4, ensure_ascii=False) + "\n"
+        # pydantic's serializer writes what `json.dumps(result.to_doris(), indent=4, ensure_ascii=False)` does
+        # (tests/test_stream_load.py compares them), ~5x faster: Python's own encoder is pure Python when indenting
+        body = result.model_dump_json(by_alias=True, exclude_none=True, indent=4) + "\n"
         super().__init__(content=body.encode(), status_code=200, media_type="application/json")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import httpx
 import pytest
@@ -76,3 +77,20 @@ def test_compaction_counter_counts_recorded_runs() -> None:
     metrics.record_compaction()
     text = metrics.render().decode()
     assert "doris_compaction_runs_total 2.0" in text
+
+
+def test_fastapi_opentelemetry_is_off_unless_the_process_is_set_up_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastAPI's own instrumentation costs every request three environment lookups: on only where OpenTelemetry
+    is configured (as `opentelemetry-instrument` does, through `OTEL_*` variables)."""
+    from fastapi import FastAPI
+
+    from app.metrics import telemetry_options
+
+    for name in [n for n in os.environ if n.startswith(("OTEL_", "FASTAPI_OTEL_"))]:
+        monkeypatch.delenv(name)
+    options = telemetry_options()
+    if options:  # a FastAPI with native telemetry: built with it off
+        assert options == {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+        assert not FastAPI(**options)._native_telemetry.enabled()
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "stream-load")
+    assert telemetry_options() == {}

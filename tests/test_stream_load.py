@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +27,16 @@ def rows(doris: DorisClient, db: str, table: str = "t") -> list[list[object]]:
 
 def test_success_reply_has_exactly_doris_fields_in_order(doris: DorisClient, db: str) -> None:
     doris.sql(db, PLAIN_TABLE)
-    resp = doris.stream_load(db, "t", "1,a,1\n", headers={**CSV, "label": "golden_1", "comment": "hello"})
+    comment = 'héllo ☃ "x" \\ \t/end'
+    headers = {**CSV, "label": "golden_1", "comment": comment.encode()}  # UTF-8 bytes on the wire
+    resp = doris.stream_load(db, "t", "1,a,1\n", headers=headers)  # type: ignore[arg-type]
     body = assert_doris_result(resp, total=1, loaded=1)
     assert list(body) == DORIS_LOAD_KEYS
-    assert body["Label"] == "golden_1" and body["Comment"] == "hello" and body["TwoPhaseCommit"] == "false"
+    assert body["Label"] == "golden_1" and body["Comment"] == comment and body["TwoPhaseCommit"] == "false"
     assert body["Message"] == "OK" and body["TxnId"] > 0 and body["LoadBytes"] == 6
-    assert resp.text.startswith('{\n    "TxnId"') and resp.text.endswith("}\n")
+    # the BE's rapidjson PrettyWriter: 4 spaces, text as it is (no \u escapes past ASCII), a trailing newline
+    assert resp.text == json.dumps(body, indent=4, ensure_ascii=False) + "\n"
+    assert resp.text.startswith('{\n    "TxnId"') and "héllo ☃" in resp.text
 
 
 def test_reused_label_answers_label_already_exists_with_finished_job(doris: DorisClient, db: str) -> None:
