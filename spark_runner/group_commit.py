@@ -625,17 +625,18 @@ class GroupCommitter:
     # -- write-ahead files ----------------------------------------------------------------
     def _write_wal(
         self, prepared: PreparedLoad, path: Path, load_bytes: int, data: bytes | None = None, *, sync: bool = True
-    ) -> tuple[Path, bytes, int]:
+    ) -> tuple[Path, bytes | Path, int]:
         """The payload and its request, durable before the load is acknowledged: a small payload as a record of
         the log (`WalLog`, its fsync shared with concurrent loads), a large one as files of its own. Returns the
         payload's file in wal/, which the group reads (none for a payload kept in memory, `data`), the
-        payload, and 0, or without `sync` the `WalLog.sync` that makes a small payload's record durable."""
+        payload (a large one as that file: it is never read whole into memory), and 0, or without `sync` the
+        `WalLog.sync` that makes a small payload's record durable."""
         wal = self.wal_dir / f"txn_{prepared.txn_id}.dat"
         meta = _wal_meta(prepared.request, load_bytes)
         if data is None:  # a staged file: linked into wal/, where the group reads it
             os.link(path, wal)
-        payload = data if data is not None else wal.read_bytes()
         if load_bytes <= WalLog.MAX_PAYLOAD:
+            payload = data if data is not None else wal.read_bytes()
             try:
                 mine = self.log.write(prepared.txn_id, meta, payload)
                 if not sync:
@@ -653,7 +654,7 @@ class GroupCommitter:
             _fsync(name)
         os.replace(tmp, tmp.with_suffix(".json"))
         _fsync(self.wal_dir)
-        return wal, payload, 0
+        return wal, wal, 0
 
     def _unwritten(self, txn_id: int, wal: Path) -> None:
         """A load's WAL record that did not become durable: not owed (a record that did reach the disk is read
@@ -1200,13 +1201,61 @@ def _in(values: list[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _count_rows(payload: bytes, request: LoadRequest) -> int:
-    """Rows of an async payload as received (non-empty lines), reported before the job has run."""
+def _count_rows(payload: bytes | Path, request: LoadRequest) -> int:
+    """Rows of an async payload as received (non-empty lines), reported before the job has run. A payload in a
+    file (a large body: up to the server's largest, gigabytes) is counted a block at a time (`_count_file`)."""
     if request.format not in ("csv", "json") or (request.format == "json" and request.strip_outer_array):
         return 0
-    data = payload.decode(errors="replace")
-    lines = [line for line in data.split(request.line_delimiter) if line.strip()]
-    return max(0, len(lines) - request.skip_lines)
+    delimiter = request.line_delimiter
+    if isinstance(payload, bytes):
+        count = _nonblank(payload.decode(errors="replace").split(delimiter))
+    else:
+        count = _count_file(payload, delimiter)
+    return max(0, count - request.skip_lines)
+
+
+def _nonblank(lines: list[str]) -> int:
+    return sum(1 for line in lines if line.strip())
+
+
+COUNT_BLOCK = 8 << 20  # bytes of a large payload counted at a time
+
+
+def _count_file(path: Path, delimiter: str, block: int = COUNT_BLOCK) -> int:
+    """The non-empty lines of the file at `path`, as `_count_rows` counts those of bytes (split at `delimiter` from
+    the left, decoded with replacement, blank when only whitespace), holding about two blocks in memory: a line
+    left unfinished at a block's end is carried into the next, and one longer than a block is reduced to whether
+    it has text so far (its last bytes kept, from a character's start, for a delimiter cut by the block's end)."""
+    mark = delimiter.encode()
+    count = 0
+    carried = b""  # the unfinished line's bytes (or the last of them)
+    text = False  # the unfinished line had text before `carried`
+    with open(path, "rb") as f:
+        while piece := f.read(block):
+            data = carried + piece
+            lines = data.split(mark)
+            carried = lines.pop()
+            if lines:
+                count += int(text or _has_text(lines[0])) + sum(1 for line in lines[1:] if _has_text(line))
+                text = False
+            elif len(data) > len(mark) + block:  # one long line: its head reduced to whether it has text
+                cut = len(data) - len(mark) - block
+                for _ in range(3):  # not inside a character (UTF-8's longest is 4 bytes)
+                    if data[cut] & 0xC0 == 0x80:
+                        cut -= 1
+                text = text or _has_text(data[:cut])
+                carried = data[cut:]
+    return count + int(text or _has_text(carried))
+
+
+ASCII_WHITESPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what `str.strip` takes away of ASCII
+
+
+def _has_text(line: bytes) -> bool:
+    """`line` decoded with replacement is not whitespace alone (`str.strip`), without decoding an ASCII line."""
+    if line.isascii():
+        return bool(line.strip(ASCII_WHITESPACE))
+    return bool(line.decode(errors="replace").strip())
 
 
 def _owed(txn: Txn | None) -> bool:
