@@ -1241,7 +1241,7 @@ def _count_file(path: Path, delimiter: str, block: int = COUNT_BLOCK) -> int:
             elif len(data) > len(mark) + block:  # one long line: its head reduced to whether it has text
                 cut = len(data) - len(mark) - block
                 for _ in range(3):  # not inside a character (UTF-8's longest is 4 bytes)
-                    if data[cut] & 0xC0 == 0x80:
+                    if cut > 0 and data[cut] & 0xC0 == 0x80:
                         cut -= 1
                 text = text or _has_text(data[:cut])
                 carried = data[cut:]

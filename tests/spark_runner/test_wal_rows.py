@@ -35,9 +35,15 @@ def test_a_files_count_is_its_bytes_count(tmp_path: Path, delimiter: str) -> Non
 
 def test_a_line_longer_than_a_block_is_one_line_whatever_its_whitespace(tmp_path: Path) -> None:
     path = tmp_path / "payload"
-    for line, rows in (("\u3000" * 50, 0), ("\u3000" * 50 + "x", 1), ("x" + " " * 80, 1), (" " * 80, 0)):
-        path.write_bytes(f"a\n{line}\nb".encode())
-        assert _count_file(path, "\n", 8) == rows + 2, line
+    lines = [("\u3000" * 50, 0), ("\u3000" * 50 + "x", 1), ("x" + " " * 80, 1), (" " * 80, 0), ("é" * 30, 1)]
+    for line, rows in [*lines, ("\udc80" * 30, 1)]:  # bytes 0x80 alone: not UTF-8, each a replacement character
+        for delimiter in ("\n", "é", "||", "☃"):
+            path.write_bytes(delimiter.join(["a", line, "b"]).encode(errors="surrogateescape"))
+            for block in range(1, 12):
+                expected = by_bytes(path.read_bytes(), delimiter)
+                assert _count_file(path, delimiter, block) == expected, (line, delimiter, block)
+            if delimiter == "\n":
+                assert expected == rows + 2, line
 
 
 def test_a_large_payload_is_counted_in_little_memory(tmp_path: Path) -> None:
