@@ -315,3 +315,48 @@ def test_the_csv_reader_writes_the_splits_fields_or_leaves_the_body_to_it(tmp_pa
         assert rows == len(split)
         assert pq.read_table(out).to_pylist() == split, text
     assert taken > 700 and refused > 100, (taken, refused)
+
+
+def test_the_csv_reader_hands_over_integer_blocks_typed(tmp_path: Path) -> None:
+    """A field the load converts to an integer column alone (`load_job.typed_fields`) is also written typed by the
+    reader, block by block, where every value prints back as its text; its text then keeps only `\\N`. A block with
+    any other text ("+5", "007", a value past the type's range) keeps its text, for Spark's conversion."""
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    body, out = tmp_path / "body", tmp_path / "fields.parquet"
+    request = LoadRequest(db="d", table="t", label="l", column_separator=",")
+    dialect = dataclasses.replace(CsvDialect.of(request, 3), typed=((0, "int64"), (2, "int8")))
+    cases = {
+        "1,a,10\n-2,b,\\N\n": ([None, None], [1, -2], [None, "\\N"], [10, None]),
+        "1,a,+5\n2,b,7\n": ([None, None], [1, 2], ["+5", "7"], [None, None]),
+        "007,a,1\n2,b,128\n": (["007", "2"], [None, None], ["1", "128"], [None, None]),
+    }
+    for text, (r0, t0, r2, t2) in cases.items():
+        body.write_text(text)
+        out.unlink(missing_ok=True)
+        assert arrow_csv.read_fields(body, dialect, out) == 2
+        got = pq.read_table(out).to_pydict()
+        assert (got["__r0"], got["__t0"], got["__r2"], got["__t2"]) == (r0, t0, r2, t2), text
+        assert got["__r1"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "typed"),
+    [
+        ({}, ((0, "int32"), (2, "int32"), (4, "int32"))),
+        ({"columns": "k,v,x,d,s,n=x*2"}, ((0, "int32"), (4, "int32"))),  # x is read by an expression
+        ({"where": "n > 5"}, ((0, "int32"), (4, "int32"))),  # n is read by the filter
+        ({"columns": "k,v,n,d,s,x=s"}, ((0, "int32"), (2, "int32"))),  # s is read by the expression x
+    ],
+)
+def test_typed_fields_are_the_integer_fields_nothing_else_reads(headers: dict[str, str], typed: tuple) -> None:  # type: ignore[type-arg]
+    from loaders.headers import parse_load_request
+    from spark_runner.load_job import typed_fields
+    from spark_runner.planning import plan_load
+    from sql.ddl import parse_create_table
+
+    table = parse_create_table(TABLE.format(name="t"), "d").definition
+    request = parse_load_request("d", "t", {"column_separator": ",", **headers})
+    assert typed_fields(plan_load(request, table)) == typed
