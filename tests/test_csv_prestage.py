@@ -146,6 +146,7 @@ def test_splits_during_receipt_are_bounded(tmp_path: Path) -> None:
         time.sleep(0.01)
     assert again is not None
     arrow_csv.drop_prestaged(paths[-1])
+    deadline = time.monotonic() + 30  # (a wait of its own: on a busy machine the first may have taken most of its)
     while list(tmp_path.glob("*.fields.parquet")) and time.monotonic() < deadline:  # each goes when its split ends
         time.sleep(0.01)
     assert not list(tmp_path.glob("*.fields.parquet"))
