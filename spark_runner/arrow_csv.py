@@ -96,25 +96,14 @@ def _schema(dialect: CsvDialect) -> pa.Schema:
     """The columns of a split written as Parquet: the split's, and the typed values of `dialect.typed`."""
     import pyarrow as pa
 
-    typed = [pa.field(typed_name(i), typed_type(kind)) for i, kind in dialect.typed]
+    typed = [pa.field(typed_name(i), pa.type_for_alias(kind)) for i, kind in dialect.typed]
     return pa.schema([*_split_schema(dialect), *typed])
 
 
-def typed_type(kind: str) -> pa.DataType:
-    """The Arrow type of a `CsvDialect.typed` kind: an integer's alias, or `decimal:<precision>:<scale>`."""
-    import pyarrow as pa
-
-    if kind.startswith("decimal:"):
-        _, precision, scale = kind.split(":")
-        return pa.decimal128(int(precision), int(scale))
-    return pa.type_for_alias(kind)
-
-
 def typed_block(text: pa.Array, kind: pa.DataType) -> tuple[pa.Array, pa.Array] | None:
-    """A block of field text as (text, typed values) when every value but `\\N` is a value of `kind` printed as
-    it is ("42", "-7", "1.50" for a DECIMAL(p,2): no sign before a positive, no leading zero, no blank, every
-    digit of the scale), else None: Spark converts such text to that very value (`sqltext.convert_sql`), so it
-    can take the value instead and skip the conversion.
+    """A block of field text as (text, typed values) when every value but `\\N` is an integer of `kind` printed
+    as it is ("42", "-7": no sign before a positive, no leading zero, no blank), else None: Spark converts such
+    text to that very value (`sqltext.convert_sql`), so it can take the value instead and skip the conversion.
     The text keeps `\\N` only (the error lines print the values back); the values are NULL there."""
     import pyarrow as pa
     import pyarrow.compute as pc

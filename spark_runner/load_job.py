@@ -56,7 +56,6 @@ from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, Col
 from tables.partitions import NO_PARTITION, PARTITION_COL
 from tables.row_delta import write_position_deletes
 from tables.rowsets import FileFilter
-from tables.types import DorisType
 from tables.warehouse import Location, name_of
 
 if TYPE_CHECKING:
@@ -122,21 +121,14 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
 ARROW_INTEGERS = {"TINYINT": "int8", "SMALLINT": "int16", "INT": "int32", "BIGINT": "int64"}
 
 
-def _typed_kind(t: DorisType) -> str | None:
-    """The type a split may hand a field of a column of type `t` over as (`arrow_csv.typed_type`), if any."""
-    if t.name == "DECIMAL" and t.precision is not None and t.scale is not None and t.precision <= 38:
-        return f"decimal:{t.precision}:{t.scale}"
-    return ARROW_INTEGERS.get(t.name)
-
-
 def csv_dialect(plan: LoadPlan) -> CsvDialect:
     """The load's CSV dialect, with the fields its split may hand over typed (`typed_fields`)."""
     return dataclasses.replace(CsvDialect.of(plan.request, len(plan.source_fields)), typed=typed_fields(plan))
 
 
 def typed_fields(plan: LoadPlan) -> tuple[tuple[int, str], ...]:
-    """The source fields a large body's split may also hand over typed (`arrow_csv.typed_block`): each the source
-    of exactly one integer or DECIMAL column and read by nothing else (no `columns` expression, `where`, `delete`,
+    """The source fields a large body's split may also hand over as integers (`arrow_csv.typed_block`): each the
+    source of exactly one integer column and read by nothing else (no `columns` expression, `where`, `delete`,
     delete sign or sequence of its own), so that the column's conversion alone sees the typed value."""
     req = plan.request
     used = {ref.lower() for m in plan.derived if m.expr is not None for ref in m.expr.refs}
@@ -153,7 +145,7 @@ def typed_fields(plan: LoadPlan) -> tuple[tuple[int, str], ...]:
         if name.lower() in used or sources.count(name.lower()) != 1:
             continue
         target = next(t for t in plan.targets if t.source is not None and t.source.lower() == name.lower())
-        kind = _typed_kind(target.column.type)
+        kind = ARROW_INTEGERS.get(target.column.type.name)
         if kind is not None and target.source == name:
             typed.append((i, kind))
     return tuple(typed)
@@ -251,22 +243,13 @@ def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> Dat
     schema = T.StructType(
         [T.StructField(name, T.StringType()) for name in names[:-1]]
         + [T.StructField(arrow_csv.FIELD_COUNT, T.IntegerType())]
-        + [T.StructField(arrow_csv.typed_name(i), _spark_type(kind)) for i, kind in dialect.typed]
+        + [T.StructField(arrow_csv.typed_name(i), _SPARK_INTEGERS[kind]()) for i, kind in dialect.typed]
     )
     frame = spark.read.schema(schema).parquet(str(staged))
     return _split_fields_source(frame, dialect, "monotonically_increasing_id()")
 
 
 _SPARK_INTEGERS = {"int8": T.ByteType, "int16": T.ShortType, "int32": T.IntegerType, "int64": T.LongType}
-
-
-def _spark_type(kind: str) -> T.DataType:
-    """The Spark type of a typed field's column (`_typed_kind`)."""
-    if kind.startswith("decimal:"):
-        _, precision, scale = kind.split(":")
-        return T.DecimalType(int(precision), int(scale))
-    return _SPARK_INTEGERS[kind]()
-
 
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
 

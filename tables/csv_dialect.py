@@ -46,7 +46,7 @@ class CsvDialect:
     inline_max_bytes: int
     inline_max_lines: int
     parquet_min_bytes: int
-    # fields the split may also hand over typed, as (field index, kind: `arrow_csv.typed_type`): where every value of
+    # fields the split may also hand over typed, as (field index, Arrow integer type name): where every value of
     # a block prints back as its text (`spark_runner.arrow_csv.typed_block`); set by `load_job.typed_fields`
     typed: tuple[tuple[int, str], ...] = ()
 
