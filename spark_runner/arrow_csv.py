@@ -37,7 +37,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from tables.csv_dialect import BOM, NULL_MARKER, CsvDialect
+from tables.csv_dialect import BOM, CsvDialect
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,67 +71,16 @@ def column_names(dialect: CsvDialect) -> list[str]:
     return [*(field_name(i) for i in range(dialect.field_count)), REST, FIELD_COUNT]
 
 
-TYPED_PREFIX = "__t"
-
-
-def typed_name(i: int) -> str:
-    """The column of field `i`'s values typed by the split (`typed_block`), beside its text."""
-    return f"{TYPED_PREFIX}{i}"
-
-
 def staging_path(path: Path) -> Path:
     """The Parquet file of a staged body's fields (removed with the body: `LoadService.cleanup_staged`)."""
     return path.with_name(path.name + ".fields.parquet")
 
 
-def _split_schema(dialect: CsvDialect) -> pa.Schema:
-    """The columns of a split: the raw fields, the rest of a longer line, the field count."""
+def _schema(dialect: CsvDialect) -> pa.Schema:
     import pyarrow as pa
 
     names = column_names(dialect)
     return pa.schema([(n, pa.string()) for n in names[:-1]] + [(FIELD_COUNT, pa.int32())])
-
-
-def _schema(dialect: CsvDialect) -> pa.Schema:
-    """The columns of a split written as Parquet: the split's, and the typed values of `dialect.typed`."""
-    import pyarrow as pa
-
-    typed = [pa.field(typed_name(i), pa.type_for_alias(kind)) for i, kind in dialect.typed]
-    return pa.schema([*_split_schema(dialect), *typed])
-
-
-def typed_block(text: pa.Array, kind: pa.DataType) -> tuple[pa.Array, pa.Array] | None:
-    """A block of field text as (text, typed values) when every value but `\\N` is an integer of `kind` printed
-    as it is ("42", "-7": no sign before a positive, no leading zero, no blank), else None: Spark converts such
-    text to that very value (`sqltext.convert_sql`), so it can take the value instead and skip the conversion.
-    The text keeps `\\N` only (the error lines print the values back); the values are NULL there."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    null = pc.equal(text, NULL_MARKER)
-    values_text = pc.if_else(null, pa.scalar(None, pa.string()), text)
-    try:
-        values = pc.cast(values_text, kind)  # safe: a value out of range or not a number raises
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if pc.all(pc.equal(pc.cast(values, pa.string()), values_text)).as_py() is False:
-        return None
-    return pc.if_else(null, text, pa.scalar(None, pa.string())), values
-
-
-def _with_typed(table: pa.Table, dialect: CsvDialect, schema: pa.Schema, *, convert: bool) -> pa.Table:
-    """`table` (the split's columns) with the typed columns of `dialect.typed`: each block's values where
-    `typed_block` takes them (`convert`), else NULL, its text left as it is."""
-    import pyarrow as pa
-
-    for i, _ in dialect.typed:
-        field = schema.field(typed_name(i))
-        found = typed_block(table.column(i).combine_chunks(), field.type) if convert else None
-        if found is None:
-            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
-        else:
-            table = table.set_column(i, table.field(i), found[0]).append_column(field, found[1])
-    return table
 
 
 def _as_array(data: bytes) -> pa.Array:
@@ -243,8 +192,7 @@ def split_lines(lines: pa.Array, dialect: CsvDialect) -> pa.Table:
     if fewest == n == most:  # the common case: every line has the expected fields
         columns = [pc.list_element(parts, i) for i in range(n)]
         return pa.Table.from_arrays(
-            [*columns, pa.nulls(len(lines), pa.string()), pa.nulls(len(lines), pa.int32())],
-            schema=_split_schema(dialect),
+            [*columns, pa.nulls(len(lines), pa.string()), pa.nulls(len(lines), pa.int32())], schema=_schema(dialect)
         )
     fixed = pc.list_slice(parts, 0, n + 1, return_fixed_size_list=True)  # NULL past the line's end
     columns = [pc.list_element(fixed, i) for i in range(n + 1)]
@@ -253,7 +201,7 @@ def split_lines(lines: pa.Array, dialect: CsvDialect) -> pa.Table:
     whole = pc.add(pc.count_substring(rest, sep), n + 1)
     fields = pc.if_else(pc.is_null(rest), counts, whole).cast(pa.int32())
     ncols = pc.if_else(pc.equal(fields, n), pa.scalar(None, pa.int32()), fields)
-    return pa.Table.from_arrays([*columns, ncols], schema=_split_schema(dialect))
+    return pa.Table.from_arrays([*columns, ncols], schema=_schema(dialect))
 
 
 def split_small(path: Path, dialect: CsvDialect) -> pa.Table | None:
@@ -302,9 +250,9 @@ def stage_fields(path: Path, dialect: CsvDialect, *, growing: GrowingBody | None
             for lines in body_lines(path, dialect, growing=growing):
                 pending.append(pool.submit(split_lines, lines, dialect))
                 while pending and (len(pending) > SPLIT_THREADS or pending[0].done()):
-                    rows += _write(writer, pending.popleft().result(), dialect)
+                    rows += _write(writer, pending.popleft().result())
             while pending:
-                rows += _write(writer, pending.popleft().result(), dialect)
+                rows += _write(writer, pending.popleft().result())
     except (GeneralPath, pa.ArrowException, OSError) as exc:
         log.debug("general path for %s: %s", path.name, exc)
         out.unlink(missing_ok=True)
@@ -392,14 +340,7 @@ def read_fields(path: Path, dialect: CsvDialect, out: Path, *, growing: GrowingB
             def write(batch: pa.RecordBatch) -> int:
                 n = batch.num_rows
                 rest = [pa.nulls(n, pa.string()), pa.nulls(n, pa.int32())]
-                if not dialect.typed:
-                    writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, *rest], schema=schema))
-                    return int(n)
-                names = schema.names[: len(batch.columns) + 2]
-                table = _with_typed(
-                    pa.Table.from_arrays([*batch.columns, *rest], names=names), dialect, schema, convert=True
-                )
-                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, *rest], schema=schema))
                 return int(n)
 
             written: deque[Future[int]] = deque()
@@ -413,9 +354,7 @@ def read_fields(path: Path, dialect: CsvDialect, out: Path, *, growing: GrowingB
     return rows
 
 
-def _write(writer: pq.ParquetWriter, table: pa.Table, dialect: CsvDialect) -> int:
-    if dialect.typed:  # the split's fields stay text (its lines may be of any field count)
-        table = _with_typed(table, dialect, writer.schema, convert=False)
+def _write(writer: pq.ParquetWriter, table: pa.Table) -> int:
     writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     return int(table.num_rows)
 

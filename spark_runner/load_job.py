@@ -11,7 +11,6 @@ observed metrics are the load's counts.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from spark_runner.mow import (
 )
 from spark_runner.planning import LoadPlan
 from spark_runner.queries import FILE, ROW, keyed_leaf
-from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql, value_type_sql
+from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_sql
 from tables.commit import rowset_files
 from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
@@ -103,7 +102,7 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     body (`arrow_csv`) and hands Spark its fields inline or as Parquet, or the general one, Spark's text
     source. A body the fast path turns out not to fit takes the general one.
     """
-    dialect = csv_dialect(plan)
+    dialect = CsvDialect.of(plan.request, len(plan.source_fields))
     # a directory of bodies (a group commit's) or a glob (a broker load's) takes the general path
     single = Path(path).is_file()
     route = dialect.path_for(Path(path).stat().st_size if single else None)
@@ -116,39 +115,6 @@ def csv_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
         route, source = CsvPath.GENERAL, _text_source(spark, path, dialect)
     log.debug("CSV body %s: %s path", Path(path).name, route)
     return source
-
-
-ARROW_INTEGERS = {"TINYINT": "int8", "SMALLINT": "int16", "INT": "int32", "BIGINT": "int64"}
-
-
-def csv_dialect(plan: LoadPlan) -> CsvDialect:
-    """The load's CSV dialect, with the fields its split may hand over typed (`typed_fields`)."""
-    return dataclasses.replace(CsvDialect.of(plan.request, len(plan.source_fields)), typed=typed_fields(plan))
-
-
-def typed_fields(plan: LoadPlan) -> tuple[tuple[int, str], ...]:
-    """The source fields a large body's split may also hand over as integers (`arrow_csv.typed_block`): each the
-    source of exactly one integer column and read by nothing else (no `columns` expression, `where`, `delete`,
-    delete sign or sequence of its own), so that the column's conversion alone sees the typed value."""
-    req = plan.request
-    used = {ref.lower() for m in plan.derived if m.expr is not None for ref in m.expr.refs}
-    for expr in (req.where, req.delete):
-        used |= {ref.lower() for ref in expr.refs} if expr is not None else set()
-    if plan.delete_sign_source is not None:
-        used.add(plan.delete_sign_source.lower())
-    sequence = plan.sequence_source
-    if sequence is not None and not any(t.column.name == sequence for t in plan.targets):
-        used.add(sequence.lower())
-    sources = [t.source.lower() for t in plan.targets if t.source is not None]
-    typed = []
-    for i, name in enumerate(plan.source_fields):
-        if name.lower() in used or sources.count(name.lower()) != 1:
-            continue
-        target = next(t for t in plan.targets if t.source is not None and t.source.lower() == name.lower())
-        kind = ARROW_INTEGERS.get(target.column.type.name)
-        if kind is not None and target.source == name:
-            typed.append((i, kind))
-    return tuple(typed)
 
 
 def _text_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFrame:
@@ -182,12 +148,7 @@ def _split_fields_source(frame: DataFrame, dialect: CsvDialect, position: str) -
     """The source rows of a body the fast path split (`arrow_csv`): the line is its fields and the rest of a
     longer line joined by the separator (concat_ws skips the NULLs past a short line's end)."""
     raw = [arrow_csv.field_name(i) for i in range(dialect.field_count)]
-    typed = [arrow_csv.typed_name(i) for i, _ in dialect.typed if arrow_csv.typed_name(i) in frame.columns]
-    printed = [  # a typed value's text is the value printed (`arrow_csv.typed_block`)
-        f"coalesce({field}, CAST({arrow_csv.typed_name(i)} AS STRING))" if arrow_csv.typed_name(i) in typed else field
-        for i, field in enumerate(raw)
-    ]
-    line = f"concat_ws({lit(dialect.column_separator)}, {', '.join([*printed, arrow_csv.REST])})"
+    line = f"concat_ws({lit(dialect.column_separator)}, {', '.join([*raw, arrow_csv.REST])})"
     return select_expr(
         frame,
         [
@@ -195,7 +156,6 @@ def _split_fields_source(frame: DataFrame, dialect: CsvDialect, position: str) -
             f"{line} AS {LINE}",
             f"coalesce({arrow_csv.FIELD_COUNT}, {dialect.field_count}) AS {NCOLS}",
             *_csv_fields(dialect, raw),
-            *typed,
         ],
     )
 
@@ -243,13 +203,10 @@ def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> Dat
     schema = T.StructType(
         [T.StructField(name, T.StringType()) for name in names[:-1]]
         + [T.StructField(arrow_csv.FIELD_COUNT, T.IntegerType())]
-        + [T.StructField(arrow_csv.typed_name(i), _SPARK_INTEGERS[kind]()) for i, kind in dialect.typed]
     )
     frame = spark.read.schema(schema).parquet(str(staged))
     return _split_fields_source(frame, dialect, "monotonically_increasing_id()")
 
-
-_SPARK_INTEGERS = {"int8": T.ByteType, "int16": T.ShortType, "int32": T.IntegerType, "int64": T.LongType}
 
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
 
@@ -409,7 +366,7 @@ def frame_source(df: DataFrame, plan: LoadPlan) -> DataFrame:
 
 def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Name the source fields and evaluate derived columns in order (later ones may use earlier ones)."""
-    extra = [c for c in df.columns if c == "__bad" or c.startswith(arrow_csv.TYPED_PREFIX)]
+    extra = ["__bad"] if "__bad" in df.columns else []
     fields = [f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)]
     out = select_expr(df, [POS, LINE, NCOLS, *extra, *fields])
     for mapping in plan.derived:
@@ -472,15 +429,11 @@ def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     table_names = {t.column.name.lower() for t in plan.targets}
     loose = [name for name in plan.scope if name.lower() not in table_names]
     converted: list[str] = []
-    fields = {name: i for i, name in enumerate(plan.source_fields)}
     for i, target in enumerate(plan.targets):
         if target.source is None:
             value = default_sql(target.column)
         else:
             value = convert_sql(q(target.source), target.column.type, from_text=target.source in plan.source_fields)
-            typed = arrow_csv.typed_name(fields[target.source]) if target.source in fields else None
-            if typed is not None and typed in df.columns:  # the split's value where it typed the field's block
-                value = f"coalesce(CAST({typed} AS {value_type_sql(target.column.type)}), {value})"
         converted.append(f"{value} AS {_converted(i)}")
     raw_names = [q(n) for n in plan.scope]
     extra = ["__bad"] if "__bad" in df.columns else []

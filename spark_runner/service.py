@@ -29,7 +29,6 @@ from spark_runner.load_job import (
     StoredRows,
     clip_error_line,
     columnar_source,
-    csv_dialect,
     csv_source,
     frame_source,
     json_source,
@@ -42,7 +41,7 @@ from spark_runner.queries import KeyValues, lookup_rows, merged_rows
 from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
 from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
-from tables.csv_dialect import CsvPath
+from tables.csv_dialect import CsvDialect, CsvPath
 from tables.error_logs import error_log_path, new_error_log_name
 from tables.errors import DataQualityError, DorisError, LoadError, LoadTimeout, SchemaChanged, ServiceUnavailable
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
@@ -458,7 +457,7 @@ class LoadService:
             return None
         if size < request.limits.csv_parquet_min_bytes:  # the usual small load: no dialect to build
             return None
-        dialect = csv_dialect(prepared.plan)
+        dialect = CsvDialect.of(request, len(prepared.plan.source_fields))
         if dialect.path_for(size) is not CsvPath.PARQUET:
             return None
         return arrow_csv.prestage(path, dialect)

@@ -46,9 +46,6 @@ class CsvDialect:
     inline_max_bytes: int
     inline_max_lines: int
     parquet_min_bytes: int
-    # fields the split may also hand over typed, as (field index, Arrow integer type name): where every value of
-    # a block prints back as its text (`spark_runner.arrow_csv.typed_block`); set by `load_job.typed_fields`
-    typed: tuple[tuple[int, str], ...] = ()
 
     @classmethod
     def of(cls, request: LoadRequest, field_count: int) -> CsvDialect:
