@@ -96,6 +96,55 @@ _CLIENT_FUNCTIONS = re.compile(
 )
 
 
+_CLIENT_VALUES = (exp.CurrentSchema, exp.CurrentUser, exp.CurrentVersion)
+_CLIENT_ANONYMOUS = frozenset({"database", "schema", "user", "session_user", "system_user", "connection_id"})
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def client_query(stmt: str) -> bool:
+    """Whether `stmt` is a client's bookkeeping query, the only SELECT mysql-mimic answers: a projection of
+    `@@variables` and argument-less `DATABASE()`, `USER()`, `VERSION()`, `CONNECTION_ID()` and their kin, each
+    with an optional alias, and an optional numeric LIMIT. mysql-mimic evaluates such a query with sqlglot's
+    Python executor, which compiles what it is given into Python source: any other expression there (a JSON path,
+    a string, arithmetic) would run as Python in the server. Everything else goes to the Doris executor."""
+    try:
+        tree = sqlglot.parse_one(stmt, dialect="doris")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
+        return False
+    if not isinstance(tree, exp.Select) or not tree.expressions:
+        return False
+    if any(tree.args.get(a) for a in set(exp.Select.arg_types) - {"expressions", "limit"}):
+        return False
+    limit = tree.args.get("limit")
+    if limit is not None and not (
+        isinstance(limit, exp.Limit)
+        and not any(v for k, v in limit.args.items() if k != "expression")
+        and isinstance(limit.expression, exp.Literal)
+        and limit.expression.is_int
+    ):
+        return False
+    return all(_client_value(item) for item in tree.expressions)
+
+
+def _client_value(item: exp.Expression) -> bool:
+    if isinstance(item, exp.Alias):
+        if not isinstance(item.args.get("alias"), exp.Identifier):
+            return False
+        item = item.this
+    if isinstance(item, exp.SessionParameter):
+        name, kind = item.this, item.args.get("kind")
+        return (
+            isinstance(name, exp.Identifier | exp.Var)
+            and _VARIABLE_NAME.fullmatch(name.name) is not None
+            and (kind is None or str(kind).upper() in ("SESSION", "GLOBAL", "LOCAL"))
+        )
+    if isinstance(item, _CLIENT_VALUES):
+        return not any(item.iter_expressions())
+    if isinstance(item, exp.Anonymous):
+        return str(item.this).lower() in _CLIENT_ANONYMOUS and not item.expressions
+    return False
+
+
 def doris_error(exc: DorisError) -> MysqlError:
     """A failure as Doris's FE sends it: code 1105, SQLSTATE HY000, `errCode = 2, detailMessage = ...`; a refused
     privilege with Doris's MySQL code (1142, 1044, 1227; SQLSTATE 42000) and the same text."""
@@ -183,7 +232,7 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
             return await super().handle_query(stmt, attrs)
         if first == "SET" and second != "PASSWORD":
             return await self._set(stmt, attrs)
-        if first == "SELECT" and " FROM " not in f" {stmt.upper()} " and _CLIENT_FUNCTIONS.search(stmt):
+        if first == "SELECT" and _CLIENT_FUNCTIONS.search(stmt) and client_query(stmt):
             return await super().handle_query(stmt, attrs)
         return await self._doris(stmt)
 

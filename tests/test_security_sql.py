@@ -288,3 +288,40 @@ def test_mysql_connections_and_handshakes_are_bounded(small_listener: int, db: s
         cur3.execute("SELECT k FROM t ORDER BY k")
         assert cur.fetchall() == cur3.fetchall() == ((1,), (2,))
     first.close()
+
+
+# sqlglot's Python executor (which mysql-mimic runs FROM-less SELECTs with) compiles a JSON path key into Python
+# source unescaped: this key would run `os.getpid()` in the server and put its value in the error text
+PYTHON_IN_A_PATH = "JSON_EXTRACT('{}', '$[\"x''+str(__import__(''os'').getpid())+''\"]')"
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        pytest.param(f"SELECT @@version_comment AS v, {PYTHON_IN_A_PATH} AS p", id="json-path-key"),
+        pytest.param(f"SELECT DATABASE(), {PYTHON_IN_A_PATH}", id="beside-database"),
+        pytest.param("SELECT @@version_comment, POW(7, 3000000) % 10", id="python-arithmetic"),
+    ],
+)
+def test_a_client_bookkeeping_query_runs_nothing_else_in_the_server(
+    mysql_port: int, db: str, doris: DorisClient, stmt: str
+) -> None:
+    """Issue 19 audit: only `@@variables` and argument-less client functions are answered by mysql-mimic; any other
+    expression beside them goes to the Doris executor, which refuses `@@`, and nothing runs as Python."""
+    user = f"u_{uuid.uuid4().hex[:8]}"
+    doris.sql(db, f"CREATE USER '{user}'@'%' IDENTIFIED BY 'p'")  # no privilege at all
+    with pymysql.connect(host="127.0.0.1", port=mysql_port, user=user, password="p", autocommit=True) as conn:
+        with conn.cursor() as cur:
+            started = time.monotonic()
+            try:  # Spark may answer it (a JSON path is a JSON path there) or the executor refuse it
+                cur.execute(stmt)
+                reply = repr(cur.fetchall())
+            except pymysql.err.MySQLError as exc:
+                reply = str(exc)
+            assert time.monotonic() - started < 10  # not a Python computation on the event loop
+            assert f"x{__import__('os').getpid()}" not in reply  # the server runs in this process
+            assert "Step 'Scan" not in reply  # sqlglot's executor never saw it
+            cur.execute("SELECT @@version_comment LIMIT 1")  # what the mysql client sends still works
+            assert "Doris" in cur.fetchone()[0]
+            cur.execute("SELECT DATABASE(), CURRENT_USER(), CONNECTION_ID()")
+            assert cur.fetchone()[0] is None
