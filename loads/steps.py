@@ -36,7 +36,7 @@ class Deferred(Protocol[T_co]):
 
 
 @functools.cache
-def _deferred(cls: type) -> bool:
+def _deferred(cls: Any) -> bool:
     """`isinstance(value, Deferred)` by the value's class, once per class: a runtime protocol's check walks the
     protocol's members on every call (~4-9 µs, twice per stream load)."""
     return issubclass(cls, Deferred)

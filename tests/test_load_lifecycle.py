@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -53,6 +54,22 @@ LIMITS = BodyLimits(
 )
 
 
+@dataclass
+class Planned:
+    """A prepared load as a step's `Deferred` (a class of its own: steps recognise a `Deferred` by its class)."""
+
+    prepared: PreparedLoad
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self) -> PreparedLoad:
+        return self.prepared
+
+    def fail(self, error: BaseException) -> None:
+        pass
+
+
 class StandInService:
     """`LoadService`'s surface the lifecycle uses: real label claims and aborts, a run that can be made to fail."""
 
@@ -76,10 +93,9 @@ class StandInService:
         plan = SimpleNamespace(request=load, table=table, reads_stored=False)
         return PreparedLoad(plan=plan, txn_id=txn_id, started=time.monotonic(), begin_txn_ms=0, plan_ms=0)  # type: ignore[arg-type]
 
-    def prepare_later(self, load: LoadRequest) -> SimpleNamespace:
+    def prepare_later(self, load: LoadRequest) -> Planned:
         """`prepare` as a step's `Deferred` (`LoadService.prepare_later`)."""
-        prepared = self.prepare(load)
-        return SimpleNamespace(flush=lambda: None, finish=lambda: prepared, fail=lambda error: None)
+        return Planned(self.prepare(load))
 
     abort = LoadService.abort
     cleanup_staged = LoadService.cleanup_staged
