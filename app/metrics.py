@@ -1,8 +1,13 @@
 """`GET /metrics` in Prometheus's text format, and one structured log line per stream load.
 
 The registry belongs to the app (no module-level collectors): loads by status, rows and bytes loaded, the
-load latency histogram, compaction runs (`record_compaction`), rowsets per table, read from the catalog
-at scrape time, the group-commit WAL backlog (acknowledged async loads not visible yet) and group-commit counts.
+load latency histogram, compaction runs (`record_compaction`), rowsets read from the catalog at scrape time, the
+group-commit WAL backlog (acknowledged async loads not visible yet) and group-commit counts.
+
+`/metrics` answers without credentials (Prometheus scrapes it so), and then names no database or table: the
+rowsets are one gauge, the most any table has (`doris_max_table_rowsets`). The per-table gauge
+`doris_table_rowsets{db,table}` comes only with HTTP Basic credentials, for the tables that user may see (any
+privilege on the table, as `SHOW TABLES`); wrong credentials are refused as on every other route.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from app.auth import login
 from tables.load_spec import LoadResult
 
 OPENTELEMETRY_ENV = ("OTEL_", "FASTAPI_OTEL_")
@@ -45,22 +51,46 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
-class RowsetCollector(Collector):
-    """`doris_table_rowsets{db,table}`: computed from the catalog on each scrape."""
+Visible = Callable[[str, str], bool]
 
-    def __init__(self, rowsets: Callable[[], dict[tuple[str, str], int]]) -> None:
+
+class RowsetCollector(Collector):
+    """The rowset gauges of one scrape, computed from the catalog: `doris_max_table_rowsets` always,
+    `doris_table_rowsets{db,table}` for the tables `visible` lets through (none without it)."""
+
+    def __init__(self, rowsets: Callable[[], dict[tuple[str, str], int]], visible: Visible | None = None) -> None:
         self.rowsets = rowsets
+        self.visible = visible
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("doris_table_rowsets", "Live rowsets of a table", labels=["db", "table"])
         try:
             counts = self.rowsets()
         except Exception:  # the catalog itself failing must not take the counters down with it
             log.exception("the rowset gauge could not be computed")
             counts = {}
+        yield GaugeMetricFamily(
+            "doris_max_table_rowsets",
+            "Live rowsets of the table that has the most",
+            value=max(counts.values(), default=0),
+        )
+        if self.visible is None:  # no credentials: no database or table names
+            return
+        family = GaugeMetricFamily("doris_table_rowsets", "Live rowsets of a table", labels=["db", "table"])
         for (db, table), count in sorted(counts.items()):
-            family.add_metric([db, table], count)
+            if self.visible(db, table):
+                family.add_metric([db, table], count)
         yield family
+
+
+class _Scrape(Collector):
+    """The app's registry and one scrape's rowset gauges, as `generate_latest` reads one registry."""
+
+    def __init__(self, *collectors: Collector) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Any]:
+        for collector in self.collectors:
+            yield from collector.collect()
 
 
 class WalCollector(Collector):
@@ -114,13 +144,16 @@ class LoadMetrics:
             "doris_load_duration_seconds", "Stream load latency", buckets=LATENCY_BUCKETS, registry=self.registry
         )
         self.compactions = Counter("doris_compaction_runs", "Compaction runs that committed", registry=self.registry)
+        self.rowsets: Callable[[], dict[tuple[str, str], int]] | None = None
         for status in ("Success", "Publish Timeout", "Label Already Exists", "Fail"):
             self.loads.labels(status=status)
         for kind in ("loaded", "filtered", "unselected"):
             self.rows.labels(kind=kind)
 
     def watch_rowsets(self, rowsets: Callable[[], dict[tuple[str, str], int]]) -> None:
-        self.registry.register(RowsetCollector(rowsets))
+        """Rowset counts per `(db, table)`, read on each scrape (not a registry collector: what a scrape shows
+        of them depends on its credentials, `render`)."""
+        self.rowsets = rowsets
 
     def watch_wal(self, size: Callable[[], tuple[int, int]]) -> None:
         self.registry.register(WalCollector(size))
@@ -157,8 +190,11 @@ class LoadMetrics:
         """Count one committed compaction run."""
         self.compactions.inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, visible: Visible | None = None) -> bytes:
+        """The scrape's text; `visible(db, table)`: the tables whose own rowset gauge it shows (None: none)."""
+        if self.rowsets is None:
+            return generate_latest(self.registry)
+        return generate_latest(_Scrape(self.registry, RowsetCollector(self.rowsets, visible)))
 
 
 @router.get(
@@ -169,6 +205,10 @@ class LoadMetrics:
     responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
 )
 async def metrics(request: Request) -> Response:
+    # open to anyone; the per-table rowset gauge only to a client that logs in, for the tables it may see
     registry: LoadMetrics = request.app.state.metrics
-    body = await run_in_threadpool(registry.render)
+    visible: Visible | None = None
+    if "authorization" in request.headers:  # wrong credentials: NotAuthorized, the FE envelope as elsewhere
+        visible = login(request, request.app.state.services.accounts).sees_table
+    body = await run_in_threadpool(registry.render, visible)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -3,6 +3,11 @@
 The FE's checks come first with its `{"status": "FAILED", "msg": ...}` shape; the BE's answer is
 `{"status": "Success", "msg": "... commit successfully."}` or a Doris status code with its message,
 pretty-printed with 4 spaces as rapidjson's PrettyWriter does. Always HTTP 200.
+
+Privileges: the route needs LOAD on the database (the table form: on its table), and the transaction, once
+resolved by id or label, must be one the user may load into (LOAD on its own table, as Doris's FE checks in
+`loadTxn2PC`) and, in the table form, one of the URL's table. A transaction that fails either check is
+answered as one that does not exist, so a user cannot probe the transactions of tables it has no LOAD on.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from starlette.responses import JSONResponse, Response
 from app.auth import login, require_db
 from app.deps import Services, ServicesDep
 from app.responses import txn_reply
-from tables.accounts import Priv
+from tables.accounts import Priv, Privileges
 from tables.leases import PRECOMMIT_TIMEOUTS
+from tables.transactions import Txn
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -36,8 +42,22 @@ async def _operate(db: str, request: Request, services: Services, table: str | N
     if not operation:
         return JSONResponse({"status": "FAILED", "msg": "No transaction operation('commit' or 'abort') selected."})
     assert services.two_phase is not None
-    operate = partial(services.two_phase.operate, db, txn_id=txn_id, label=label, operation=operation.strip())
+    operate = partial(
+        services.two_phase.operate,
+        db,
+        txn_id=txn_id,
+        label=label,
+        operation=operation.strip(),
+        may_operate=partial(_may_operate, privileges, table),
+    )
     return txn_reply("Success", await run_in_threadpool(operate))  # a refusal: TxnOperationError, rendered
+
+
+def _may_operate(privileges: Privileges, table: str | None, txn: Txn) -> bool:
+    """LOAD on the transaction's own table (root and admin hold it everywhere); the table form: its table only."""
+    if table is not None and txn.table != table:
+        return False
+    return privileges.allows(Priv.LOAD, txn.db, txn.table)
 
 
 @router.put("/api/{db}/_stream_load_2pc")

@@ -466,10 +466,9 @@ class Catalog:
             definition = TableDef.from_json(iceberg.properties[DEFINITION_PROPERTY])
         except (NoSuchTableError, NoSuchNamespaceError):
             self.require_database(db)
-            # Doris table names are case-sensitive but users often expect a case-insensitive match
-            for name in self.list_tables(db):
-                if name.lower() == table.lower():
-                    return self.load(db, name)
+            # Table names are case-sensitive, as in Doris (`lower_case_table_names` = 0, its default): `T` is not
+            # `t`. Privileges are granted on exact names, so a case-insensitive fallback here would let a grant
+            # on a name that is not the table (`d.T2`) reach the table (`d.t2`).
             raise TableNotFound(db, table) from None
         except UNREADABLE as exc:
             log.warning("table %s.%s cannot be read: %s: %s", db, table, type(exc).__name__, _first_line(exc))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tables.catalog import Catalog
 from tables.commit import TableWriter
 from tables.errors import TableDropped, TxnOperationError, TxnStateError
-from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, VISIBLE, TransactionStore
+from tables.transactions import ABORTED, COMMITTED, PRECOMMITTED, PREPARE, VISIBLE, TransactionStore, Txn
 
 log = logging.getLogger(__name__)
 
@@ -34,21 +35,34 @@ class TwoPhase:
     txns: TransactionStore
     writer: TableWriter
 
-    def operate(self, db: str, *, txn_id: str | None, label: str | None, operation: str) -> str:
+    def operate(
+        self,
+        db: str,
+        *,
+        txn_id: str | None,
+        label: str | None,
+        operation: str,
+        may_operate: Callable[[Txn], bool],
+    ) -> str:
         """Run `commit` or `abort`; returns Doris's success message.
+
+        `may_operate` says whether the caller may decide a transaction (its privilege on the transaction's
+        table); one it may not is answered exactly as one that does not exist, before its state is looked at.
 
         Raises:
             TxnOperationError: with Doris's status and message; any other failure (a bug) as INTERNAL_ERROR.
         """
         try:
-            return self._operate(db, txn_id=txn_id, label=label, operation=operation)
+            return self._operate(db, txn_id=txn_id, label=label, operation=operation, may_operate=may_operate)
         except TxnOperationError:
             raise
         except Exception as exc:  # still Doris's error shape, with the text
             log.exception("2PC %s failed", operation)
             raise TxnOperationError("INTERNAL_ERROR", str(exc)) from exc
 
-    def _operate(self, db: str, *, txn_id: str | None, label: str | None, operation: str) -> str:
+    def _operate(
+        self, db: str, *, txn_id: str | None, label: str | None, operation: str, may_operate: Callable[[Txn], bool]
+    ) -> str:
         prefix = (f"label [{label}] " if label else "") + (f"transaction [{txn_id}] " if txn_id else "")
         number: int | None = None
         if txn_id:
@@ -61,9 +75,9 @@ class TwoPhase:
         if not self.catalog.database_exists(db):
             raise _analysis(f"unknown database, database={db}")
         if number is None:
-            number = self._by_label(db, label or "", operation)
+            number = self._by_label(db, label or "", operation, may_operate)
         txn = self.txns.get(number)
-        if txn is None or txn.db != db:
+        if txn is None or txn.db != db or not may_operate(txn):  # not the caller's: as if it did not exist
             raise _analysis(f"transaction [{number}] not found")
         if operation == "commit":
             self._commit(number)
@@ -71,12 +85,13 @@ class TwoPhase:
             self._abort(number, USER_ABORT)
         return f"{prefix}{operation} successfully."
 
-    def _by_label(self, db: str, label: str, operation: str) -> int:
+    def _by_label(self, db: str, label: str, operation: str, may_operate: Callable[[Txn], bool]) -> int:
         wanted = (PRECOMMITTED, PREPARE) if operation == "abort" else (PRECOMMITTED,)
-        if self.txns.find_label(db, label) is None:
+        newest = self.txns.find_label(db, label)
+        if newest is None or not may_operate(newest):  # another table's label: its state stays unknown
             raise _analysis(f"transaction not found, label={label}")
         txn = self.txns.find_label(db, label, wanted)
-        if txn is None:
+        if txn is None or not may_operate(txn):
             raise _analysis(f"running transaction not found, label={label}")
         return txn.txn_id
 

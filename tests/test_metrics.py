@@ -10,11 +10,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import DorisClient, assert_doris_result
+from tests.helpers import AUTH, DorisClient, assert_doris_result
 
 
-def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    resp = httpx.get(f"{base_url}/metrics", timeout=30)
+def scrape(base_url: str, auth: tuple[str, str] | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of one scrape; the per-table rowset gauge comes only with credentials (`auth`)."""
+    resp = httpx.get(f"{base_url}/metrics", auth=auth, timeout=30)
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/plain; version=")
     samples = {}
@@ -42,7 +43,7 @@ def test_metrics_count_loads_rows_bytes_latency_and_rowsets(
             status="Label Already Exists",
         )
         assert_doris_result(doris.stream_load(db, "m", "4,4\n", {"column_separator": ","}), loaded=1)
-    after = scrape(base_url)
+    after = scrape(base_url, AUTH)
 
     def delta(name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
@@ -56,6 +57,10 @@ def test_metrics_count_loads_rows_bytes_latency_and_rowsets(
     assert delta("doris_load_duration_seconds_count") == 3
     assert delta("doris_load_duration_seconds_bucket", le="+Inf") == 3
     assert after[("doris_table_rowsets", (("db", db), ("table", "m")))] == 2
+    assert after[("doris_max_table_rowsets", ())] >= 2
+    anonymous = scrape(base_url)  # Prometheus without credentials: no database or table names
+    assert not any(name == "doris_table_rowsets" for name, _ in anonymous)
+    assert anonymous[("doris_max_table_rowsets", ())] >= 2
     assert ("doris_compaction_runs_total", ()) in after
 
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "app.load"]

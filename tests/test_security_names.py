@@ -272,13 +272,13 @@ def broken_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 def test_a_server_with_broken_tables_starts_and_answers_metrics_and_the_good_table(
     broken_server: ServerProcess,
 ) -> None:
-    metrics = httpx.get(f"{broken_server.base_url}/metrics", timeout=30)
+    metrics = httpx.get(f"{broken_server.base_url}/metrics", auth=AUTH, timeout=30)  # per-table: with a login
     assert metrics.status_code == 200
     assert 'doris_table_rowsets{db="d",table="good"} 0.0' in metrics.text
     assert [r[0] for r in broken_server.sql("d", "DESC good")["data"]] == ["k", "v"]
     assert [r[0] for r in broken_server.sql("d", "SHOW TABLES")["data"]] == sorted(["good", *BROKEN])
     broken_server.wait_for_log(["maintenance: MaintenanceReport"])  # a housekeeping pass walked them all
-    metrics = httpx.get(f"{broken_server.base_url}/metrics", timeout=30)
+    metrics = httpx.get(f"{broken_server.base_url}/metrics", auth=AUTH, timeout=30)
     assert 'doris_table_rowsets{db="d",table="good"} 0.0' in metrics.text
 
 
