@@ -86,6 +86,7 @@ def build_services(
         spark if spark is not None else new_session(),
         new_session,
         probe=ExecutorWatch(settings.spark_cluster_check_timeout_seconds) if on_cluster else None,
+        wedged_after=settings.spark_wedged_after_seconds,
     )
     if on_cluster:
         try:

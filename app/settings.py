@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         description="Extra Spark settings, as a JSON object: e.g. `spark.executor.memory`, `spark.cores.max`, "
         "`spark.dynamicAllocation.enabled` for a shared cluster.",
     )
+    spark_wedged_after_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="How long a Spark call whose jobs were cancelled (a load past its `timeout`, a statement past "
+        "`query_timeout`) may go on before the JVM counts as wedged and is replaced, as a JVM that stopped is: a task "
+        "that ignores its cancel (a backtracking regex) would otherwise hold its core for good. 0: never.",
+    )
     spark_cluster_check_timeout_seconds: float = Field(
         120.0,
         gt=0,

@@ -38,7 +38,7 @@ from spark_runner.load_job import (
 from spark_runner.mow import DRIVER_RECHECK_ROWS, KEYED_RECHECK_ROWS, can_pair, decision_columns, pair_rows, resolve
 from spark_runner.planning import LoadPlan, loaded_target, plan_load
 from spark_runner.queries import KeyValues, lookup_rows, merged_rows
-from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped
+from spark_runner.supervisor import NO_BACKEND_FOR_LOAD, backend_stopped, overdue
 from tables.catalog import Catalog, TableHandle
 from tables.commit import PendingRowset, TableWriter
 from tables.csv_dialect import CsvDialect, CsvPath
@@ -396,6 +396,7 @@ class LoadService:
 
         def cancel() -> None:
             expired.set()
+            overdue.cancelled(group, f"load {prepared.request.label} (txn {prepared.txn_id})")
             context.cancelJobGroup(group)
 
         timer = threading.Timer(remaining, cancel)
@@ -409,6 +410,7 @@ class LoadService:
             raise
         finally:
             timer.cancel()
+            overdue.returned(group)
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         if expired.is_set():
             raise LoadTimeout(f"load timed out after {timeout} s (timeout header)")

@@ -13,6 +13,12 @@ acknowledged loads are in Iceberg and the transaction table, and a load the JVM 
 A session can also be lost with its JVM running: on a cluster, the master may stop the application or
 forget it (a restart). A `probe` (`spark_runner.cluster.ExecutorWatch`) names such a loss; the handle then
 stops the JVM itself, and the same replacement follows.
+
+A JVM can also be wedged: a Spark call whose jobs were cancelled (a load past its `timeout`, a statement past
+`query_timeout`) that still has not returned `WEDGED_AFTER_S` later holds a thread its cancel cannot stop (a
+task in code that never looks at its interrupt, such as a backtracking regex, or the driver's optimizer folding
+one), and every later job may wait for its task slot. Callers register such calls (`overdue`); the watcher stops
+the JVM when one is past the bound, and the same replacement follows: an outage of one restart, not a wedge.
 """
 
 from __future__ import annotations
@@ -40,6 +46,44 @@ NO_BACKEND_FOR_QUERY = "No backend available as scan node, please check the stat
 # pyspark keeps the gateway, the context and the default session in class attributes: one restart at a time
 _RESTART_LOCK = threading.Lock()
 
+WEDGED_AFTER_S = 60.0  # a cancelled Spark call not returned by then is wedged (SL_SPARK_WEDGED_AFTER_SECONDS)
+
+
+class Overdue:
+    """Spark calls whose jobs were cancelled and that have not returned yet, each with when it was cancelled."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    def cancelled(self, key: str, what: str) -> None:
+        """The call `key` (`what` names it in the log) had its jobs cancelled now; the first cancel counts."""
+        with self._lock:
+            self._since.setdefault(key, (time.monotonic(), what))
+
+    def returned(self, key: str) -> None:
+        """The call `key` has returned (or never was cancelled)."""
+        with self._lock:
+            self._since.pop(key, None)
+
+    def wedged(self, after: float) -> str | None:
+        """Why the JVM is wedged: the oldest call cancelled more than `after` seconds ago; None if there is none."""
+        now = time.monotonic()
+        with self._lock:
+            late = [(since, what) for since, what in self._since.values() if now - since > after]
+        if not late:
+            return None
+        since, what = min(late)
+        return f"{what} was cancelled {now - since:.0f} s ago and its Spark call has not returned"
+
+    def clear(self) -> None:
+        """Forget every call (their JVM is gone: they fail and return on their own)."""
+        with self._lock:
+            self._since.clear()
+
+
+overdue = Overdue()  # the process's one JVM: loads and statements register their cancelled calls here
+
 
 class SparkHandle:
     """A stand-in for the process's SparkSession that always forwards to the current one.
@@ -56,11 +100,13 @@ class SparkHandle:
         *,
         probe: Callable[[SparkSession], str | None] | None = None,
         probe_interval: float = 2.0,
+        wedged_after: float = WEDGED_AFTER_S,
     ) -> None:
         self._session: SparkSession | None = session
         self._build = build
         self._probe = probe
         self._probe_interval = probe_interval
+        self._wedged_after = wedged_after
         self._probed = time.monotonic()
         self._proc = _jvm_process()
         self._stop = threading.Event()
@@ -120,9 +166,12 @@ class SparkHandle:
     def _watch(self, interval: float) -> None:
         while not self._stop.wait(interval):
             if self.alive:
-                if (reason := self._lost()) is None:
+                if (reason := self._lost()) is not None:
+                    log.error("the Spark session is lost: %s; stopping its JVM", reason)
+                elif (reason := self._wedged()) is not None:
+                    log.error("the Spark JVM is wedged: %s; stopping it", reason)
+                else:
                     continue
-                log.error("the Spark session is lost: %s; stopping its JVM", reason)
                 self.abandon()
             try:
                 self.restart()
@@ -144,6 +193,12 @@ class SparkHandle:
         except Exception:  # a JVM on its way down: the process check sees it next round
             log.debug("the Spark session probe failed", exc_info=True)
             return None
+
+    def _wedged(self) -> str | None:
+        """`overdue`'s reason, for a JVM of the handle's own (one it can stop and start again)."""
+        if self._proc is None or self._wedged_after <= 0:
+            return None
+        return overdue.wedged(self._wedged_after)
 
     def abandon(self) -> None:
         """Stop the current session's JVM (a session whose cluster lost it): the watcher builds a new one."""
@@ -173,6 +228,7 @@ class SparkHandle:
                 log.warning("new Spark session ready in %.1f s", time.monotonic() - started)
             self._proc = _jvm_process()
             self._session = adopted
+            overdue.clear()  # the calls of the JVM that stopped have failed (or will, at their next Py4J read)
 
 
 def backend_stopped(spark: SparkSession, wait: float = 1.0) -> bool:
