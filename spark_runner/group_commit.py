@@ -66,6 +66,7 @@ from spark_runner.columns import named
 from spark_runner.load_job import LINE, POS, REASON, UNSELECTED, JobOutcome, inline_fields, prepare_rows
 from spark_runner.planning import plan_load
 from spark_runner.service import ABANDON_GRACE_S, DaemonWorkers, LoadService, PreparedLoad, run_rowset, staged_source
+from spark_runner.supervisor import overdue
 from tables.catalog import TableHandle
 from tables.commit import table_identity
 from tables.csv_dialect import CsvDialect
@@ -882,6 +883,7 @@ class GroupCommitter:
                 self.loads.writer.abort(member.prepared.txn_id, error.text)
                 failed[i] = self._result(member, error=error)
         finally:
+            overdue.returned(job_group)
             shutil.rmtree(directory, ignore_errors=True)
             self._count_group(len(batch), context, job_group)
         commit_ms = int((time.monotonic() - started) * 1000)
@@ -956,6 +958,8 @@ class GroupCommitter:
             run.done.wait()  # its own outcome stands: it is answering its members now
             return
         log.warning("group commit of %d loads abandoned at its deadline; its job is still running", len(batch))
+        # a job that never returns holds its task slot: the JVM is replaced once it is overdue (`supervisor`)
+        overdue.cancelled(f"group_commit_{run.group_txn}", f"group commit of {len(batch)} loads")
         error = LoadTimeout(reason)
         for member in batch:
             if member.future.done():
