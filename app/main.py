@@ -251,7 +251,9 @@ def build_services(
             compactor=compactor,
             address=f"{settings.host}:{settings.port}",
             limits=QueryLimits(
-                max_string_bytes=settings.sql_max_string_bytes, max_generated_rows=settings.sql_max_generated_rows
+                max_string_bytes=settings.sql_max_string_bytes,
+                max_generated_rows=settings.sql_max_generated_rows,
+                max_result_bytes=settings.sql_max_result_bytes,
             ),
             max_statements=settings.sql_max_statements,
         ),

@@ -288,6 +288,12 @@ class Settings(BaseSettings):
     sql_max_generated_rows: int = Field(
         10_000_000, description="Most rows of the range table function and elements of array_repeat/sequence."
     )
+    sql_max_result_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Largest result set of one SQL query (HTTP or MySQL), estimated from its values; a larger one "
+        "is refused before its rows are collected.",
+    )
     mysql_max_result_rows: int = Field(
         1_000_000, description="Most rows of one MySQL-protocol result set; a larger one is refused."
     )

@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QueryLimits:
-    """What one value or one generated relation of a query may grow to."""
+    """What one value, one generated relation or one result set of a query may grow to."""
 
     max_string_bytes: int = 10 * 1024 * 1024
     max_generated_rows: int = 10_000_000
+    max_result_bytes: int = 256 * 1024 * 1024  # one result set (SL_SQL_MAX_RESULT_BYTES)
 
 
 @dataclass(frozen=True)

@@ -163,14 +163,16 @@ def load_query(
     width: int | None = None,
     reads_target: bool = False,
 ) -> LoadResult:
-    """Load the rows of a query (checked and bound as a SELECT) with `request`. `reads_target`: the query reads the
-    table it loads back (UPDATE, DELETE), which needs no SELECT_PRIV (its statement checked LOAD_PRIV).
+    """Load the rows of a query (checked and bound as a SELECT) with `request`. `reads_target`: the query is the
+    `live_rows` of an UPDATE or a DELETE, whose own FROM (that node only) reads the table it loads back without
+    SELECT_PRIV (its statement checked LOAD_PRIV); every other table reference, the target's included, needs
+    SELECT_PRIV.
 
     Raises:
         SqlError: the query is refused, or its column count is not `width`.
         StatementDenied: the query reads a table the user may not SELECT from.
     """
-    target = (request.db, request.table) if reads_target else None
+    source = own_row_source(query, request.db, request.table) if reads_target else None
     with QueryViews(ctx.spark) as views:
         frame = run_query(
             views,
@@ -180,7 +182,7 @@ def load_query(
             show_hidden=show_hidden,
             privileges=privileges,
             limits=ctx.limits,
-            target=target,
+            row_source=source,
         )
         if width is not None and query_width(frame) != width:
             raise SqlError("Column count doesn't match value count")
@@ -194,6 +196,19 @@ def live_rows(table: TableDef, columns: list[exp.Expr], where: exp.Where | None)
     if where is not None:
         condition = exp.And(this=condition, expression=exp.Paren(this=where.this.copy()))
     return exp.select(*columns).from_(exp.table_(table.name, db=table.db, quoted=True)).where(condition)
+
+
+def own_row_source(query: exp.Expression, db: str, table: str) -> exp.Table:
+    """The FROM table of a `live_rows` query (the node itself), checked to name `db`.`table`.
+
+    Raises:
+        SqlError: the query is not one `live_rows` built for that table.
+    """
+    from_ = query.args.get("from_") or query.args.get("from") if isinstance(query, exp.Select) else None
+    source = from_.this if isinstance(from_, exp.From) else None
+    if not isinstance(source, exp.Table) or (source.text("db"), source.name) != (db, table) or query.args.get("joins"):
+        raise SqlError("an UPDATE or DELETE reads back its own table only")
+    return source
 
 
 def load_error_text(message: str) -> str:

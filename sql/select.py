@@ -17,6 +17,7 @@ substitution off (`spark_runner.session.BASE_CONF`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -102,11 +103,25 @@ def check_query(tree: exp.Expression) -> None:
             raise SqlError(f"{node.key.upper()} is not allowed in a query")
 
 
+# functions whose message argument becomes the statement's error text: a constant message only, so an error
+# cannot carry values the user may not SELECT (an UPDATE reads its own rows without SELECT_PRIV)
+_MESSAGE_ARGUMENT = {"raise_error": 0, "assert_true": 1}
+
+
 def check_function(node: exp.Func) -> None:
-    """Raises: SqlError for a function outside the allow-list."""
+    """Raises: SqlError for a function outside the allow-list, or a `raise_error`/`assert_true` message that is
+    not a string constant."""
     name = spark_function_name(node)
     if name not in ALLOWED_FUNCTIONS:
         raise SqlError(f"function {name} is not allowed")
+    if name in _MESSAGE_ARGUMENT:
+        args = _arguments(node)
+        position = _MESSAGE_ARGUMENT[name]
+        message = args[position] if len(args) > position else None
+        if message is None and name == "raise_error":
+            raise SqlError("raise_error takes a constant message here")
+        if message is not None and not (isinstance(message, exp.Literal) and message.is_string):
+            raise SqlError(f"{name} takes a constant message here")
 
 
 def check_query_functions(tree: exp.Expression) -> None:
@@ -191,21 +206,28 @@ def bind_tables(
     show_hidden: bool,
     privileges: Privileges,
     limits: QueryLimits | None = None,
-    target: tuple[str, str] | None = None,
+    row_source: exp.Table | None = None,
 ) -> exp.Expression:
     """Replace every table reference by a view of its merged rows (made in `views`); returns the new tree.
 
-    Each catalog table needs SELECT_PRIV, except `target` (db, table): the table an UPDATE or a DELETE reads back,
-    whose statement checked LOAD_PRIV on it. `information_schema.schemata / tables / columns` become the user's
-    view of the catalog (`sql.information_schema`).
+    Each catalog table needs SELECT_PRIV, except `row_source`: the one reference (this very node of `tree`, not
+    its name) an UPDATE or a DELETE builds to read back the rows it changes, whose statement checked LOAD_PRIV.
+    Any other reference to the same table (a subquery in WHERE or SET) needs SELECT_PRIV like any table, as in
+    Doris. `information_schema.schemata / tables / columns` become the user's view of the catalog
+    (`sql.information_schema`).
 
     Raises:
         SqlError: a reference that is neither a visible CTE nor a catalog table, or a refused table function.
         StatementDenied: a table the user may not SELECT from.
     """
     limits = limits or QueryLimits()
+    originals = list(tree.find_all(exp.Table))
+    if row_source is not None and not any(t is row_source for t in originals):
+        raise SqlError("the row source of the statement is not in its query")
     tree = tree.copy()
-    for table in list(tree.find_all(exp.Table)):
+    copies = list(tree.find_all(exp.Table))  # the same walk of a copy: the same order
+    exempt = next((c for o, c in zip(originals, copies, strict=True) if o is row_source), None)
+    for table in copies:
         if not isinstance(table.this, exp.Identifier):
             _check_table_function(table, limits)
             continue
@@ -217,7 +239,7 @@ def bind_tables(
         if (table_db or db).lower() == INFORMATION_SCHEMA:
             table.replace(information_schema_view(catalog, privileges, name, table.alias or name))
             continue
-        if target != (table_db or db, name):
+        if table is not exempt:
             require_table(privileges, Priv.SELECT, "SELECT", table_db or db, name)
         try:
             handle = catalog.load(table_db or db, name)
@@ -240,6 +262,7 @@ def bind_tables(
 # limit it is held to. The call is rewritten so its arguments are evaluated once, the bound compared, and the
 # function called only within the limit.
 _LEN = "CAST(length({}) AS BIGINT)"
+_TEXT_LEN = "greatest(coalesce(CAST(octet_length(CAST({} AS STRING)) AS BIGINT), 0), 1)"
 _GROWTH: dict[str, tuple[Callable[[list[str]], str], str]] = {
     "repeat": (lambda a: f"{_LEN.format(a[0])} * CAST({a[1]} AS BIGINT)", "bytes"),
     "space": (lambda a: f"CAST({a[0]} AS BIGINT)", "bytes"),
@@ -263,6 +286,15 @@ _GROWTH: dict[str, tuple[Callable[[list[str]], str], str]] = {
     "array_repeat": (lambda a: f"CAST({a[1]} AS BIGINT)", "rows"),
     "array_insert": (lambda a: f"abs(CAST({a[1]} AS BIGINT))", "rows"),
 }
+# a second bound for calls whose size is also the product of a count and a value's size: array_repeat of a
+# 10 MB string 10M times is 100 TB (its element count alone is within SL_SQL_MAX_GENERATED_ROWS)
+_GROWTH_BYTES: dict[str, Callable[[list[str]], str]] = {
+    "array_repeat": lambda a: f"CAST({a[1]} AS BIGINT) * {_TEXT_LEN.format(a[0])}",
+}
+# fixed bounds of sizes Spark allocates from a constant argument (checked statically, `_check_static_growth`)
+MAX_FORMAT_NUMBER_SCALE = 1000  # MySQL clamps FORMAT's decimals at 30
+MAX_SKETCH_BYTES = 16 * 1024 * 1024  # count_min_sketch's table: depth * width longs
+_NUMBER = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)(?:[dDfF]|BD|bd)?")
 _FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?[-#+ 0,(<]*(\d+)?(?:\.(\d+))?")
 
 
@@ -283,23 +315,74 @@ def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expr:
     if not args:
         return node
     limit = limits.max_string_bytes if kind == "bytes" else limits.max_generated_rows
-    setting = "SL_SQL_MAX_STRING_BYTES" if kind == "bytes" else "SL_SQL_MAX_GENERATED_ROWS"
     refs = [f"__g.a{i}" for i in range(len(args))]
+    checks = f"WHEN ({bound(refs)}) > {limit} THEN raise_error({_limit_message(name, limit, kind)}) "
+    if name in _GROWTH_BYTES:
+        checks += (
+            f"WHEN ({_GROWTH_BYTES[name](refs)}) > {limits.max_string_bytes} "
+            f"THEN raise_error({_limit_message(name, limits.max_string_bytes, 'bytes')}) "
+        )
     call = node.copy()  # the same call on the struct's fields, rendered as sqlglot renders the original
     for i, arg in enumerate(_arguments(call)):
         arg.replace(exp.column(f"a{i}", table="__g"))
     fields = ", ".join(f"'a{i}', {arg}" for i, arg in enumerate(args))
-    message = lit(f"{name} would produce more than {limit} {'bytes' if kind == 'bytes' else 'elements'} ({setting})")
     text = (
-        f"element_at(transform(array(named_struct({fields})), __g -> CASE WHEN ({bound(refs)}) > {limit} "
-        f"THEN raise_error({message}) ELSE {call.sql(dialect='spark', comments=False)} END), 1)"
+        f"element_at(transform(array(named_struct({fields})), __g -> CASE {checks}"
+        f"ELSE {call.sql(dialect='spark', comments=False)} END), 1)"
     )
     return sqlglot.parse_one(text, dialect="spark")
 
 
+def _limit_message(name: str, limit: int, kind: str) -> str:
+    setting = "SL_SQL_MAX_STRING_BYTES" if kind == "bytes" else "SL_SQL_MAX_GENERATED_ROWS"
+    return lit(f"{name} would produce more than {limit} {'bytes' if kind == 'bytes' else 'elements'} ({setting})")
+
+
+def _number_literal(node: exp.Expression | None) -> float | None:
+    """A numeric constant (`0.01`, `1e-3`, `0.01D`, `CAST(0.01 AS DOUBLE)`), or None."""
+    while isinstance(node, (exp.Cast, exp.Paren)):
+        node = node.this
+    text: str | None = None
+    if isinstance(node, exp.Literal) and not node.is_string:
+        text = node.name
+    elif isinstance(node, exp.Column) and not node.table and not node.this.args.get("quoted"):
+        text = node.name  # Spark's typed literal `0.01D` reaches the doris dialect as a bare name
+    match = _NUMBER.fullmatch(text or "")
+    return float(match[1]) if match else None
+
+
+def _check_count_min_sketch(args: list[exp.Expression]) -> None:
+    """`count_min_sketch(col, eps, confidence, seed)` allocates depth * width longs from its constants:
+    width = ceil(2 / eps), depth = ceil(-log(1 - confidence) / log(2)) (Spark's CountMinSketchImpl)."""
+    eps, confidence = (_number_literal(a) for a in (args[1:3] + [None, None])[:2])
+    if eps is None or confidence is None or not eps > 0 or not 0 < confidence < 1:
+        raise SqlError("count_min_sketch takes constants eps > 0 and 0 < confidence < 1 here")
+    width = math.ceil(2 / eps)
+    depth = math.ceil(-math.log(1 - confidence) / math.log(2))
+    if width * depth * 8 > MAX_SKETCH_BYTES:
+        raise SqlError(f"count_min_sketch would allocate more than {MAX_SKETCH_BYTES} bytes: raise eps")
+
+
 def _check_static_growth(node: exp.Func, name: str, limits: QueryLimits) -> None:
-    """Raises: SqlError for `sequence` and `format_string` calls whose size is not a checked constant."""
+    """Raises: SqlError for `sequence`, `format_string`, `format_number` and `count_min_sketch` calls whose size
+    is not a checked constant."""
     args = _arguments(node)
+    if name == "format_number":
+        # Spark builds a DecimalFormat pattern of `d` zeros (2147483600 of them kill the JVM): a constant scale
+        # within a fixed bound, or a constant pattern (whose size the statement's own length bounds)
+        scale = args[1] if len(args) > 1 else None
+        if isinstance(scale, exp.Literal) and scale.is_string:
+            return
+        value = _int_literal(scale)
+        if value is None or value > MAX_FORMAT_NUMBER_SCALE:
+            raise SqlError(
+                f"format_number takes a constant number of decimal places of at most {MAX_FORMAT_NUMBER_SCALE}, "
+                "or a constant pattern"
+            )
+        return
+    if name == "count_min_sketch":
+        _check_count_min_sketch(args)
+        return
     if name == "sequence":
         ints = [_int_literal(a) for a in args]
         if any(v is None for v in ints) or len(ints) not in (2, 3):
@@ -331,7 +414,7 @@ def cap_growth(tree: exp.Expr, limits: QueryLimits) -> exp.Expr:
         if not isinstance(node, exp.Func) or isinstance(node.parent, exp.Table):
             continue
         name = spark_function_name(node)
-        if name in ("sequence", "format_string", "printf"):
+        if name in ("sequence", "format_string", "printf", "format_number", "count_min_sketch"):
             _check_static_growth(node, name, limits)
         if isinstance(node, exp.Space):  # rendered as repeat(' ', n): its one argument is the count
             name = "space"
@@ -357,7 +440,7 @@ def run_query(
     show_hidden: bool,
     privileges: Privileges,
     limits: QueryLimits | None = None,
-    target: tuple[str, str] | None = None,
+    row_source: exp.Table | None = None,
 ) -> DataFrame:
     """The query as a Spark DataFrame over merged views, made in `views` (which drops them when it closes).
 
@@ -368,7 +451,14 @@ def run_query(
     limits = limits or QueryLimits()
     check_query(tree)
     bound = bind_tables(
-        views, catalog, tree, db=db, show_hidden=show_hidden, privileges=privileges, limits=limits, target=target
+        views,
+        catalog,
+        tree,
+        db=db,
+        show_hidden=show_hidden,
+        privileges=privileges,
+        limits=limits,
+        row_source=row_source,
     )
     plain = query_sql(bound)
     # the capped text may rename its columns: the frame keeps the names the caller wrote
@@ -388,7 +478,7 @@ def run_select(ctx: SqlContext, tree: exp.Expression, session: Session) -> Resul
             limits=ctx.limits,
         )
         try:
-            result = collect_result(frame, limit=ctx.row_limit)
+            result = collect_result(frame, limit=ctx.row_limit, max_bytes=ctx.limits.max_result_bytes)
         except Exception as exc:
             raise SqlError(str(exc).strip().splitlines()[0]) from None
     return ResultSet(columns=result.columns, rows=result.rows)

@@ -113,7 +113,10 @@ def show_databases(ctx: SqlContext, _: None, session: Session) -> ResultSet:
 
 
 def show_tables(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
-    """The tables of the database the user holds any privilege on (an unknown database is still an error)."""
+    """The tables of the database the user holds any privilege on. A database the user cannot see answers 1044
+    whether or not it exists (checked before existence, as `USE` does, so names do not leak); an unknown one
+    the user could see is `Unknown database`."""
+    require_visible_db(session.privileges, target.db)
     if target.db.lower() not in BUILTIN_DATABASES:
         ctx.catalog.require_database(target.db)
     names = visible_tables(ctx.catalog, session.privileges, target.db)
