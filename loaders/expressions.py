@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from loaders.regex_cost import like_regex, regex_cost
+from loaders import regex_cost
 from tables.errors import BadExpression
 from tables.load_spec import ColumnMapping, Expr, InputLimits
 
@@ -364,59 +364,16 @@ def _to_expr(
 
 
 def bound_patterns(tree: exp.Expression, *, header: str, text: str, limits: InputLimits) -> exp.Expression:
-    """`tree` with every pattern Spark would match by backtracking made linear or bounded (`loaders.regex_cost`):
-    a `LIKE` with two or more `%` becomes the `RLIKE` of `like_regex`; a `regexp_*` call refuses a value longer
-    than its pattern's `max_subject` (the load fails with that message) instead of running it. Patterns must be
-    constant strings (a pattern read from the data could be anything).
+    """`tree` with its patterns made linear or bounded (`loaders.regex_cost.bound_patterns`) for a value of at most
+    a line.
 
     Raises:
         BadExpression: a pattern that is not a constant string, or a regex `regex_cost` refuses.
     """
-
-    def constant(node: exp.Expression, function: str) -> str | None:
-        pattern = node.expression
-        if isinstance(pattern, exp.Null):
-            return None
-        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-            fragment = pattern.sql(dialect="doris") if pattern is not None else ""
-            raise BadExpression(
-                f"the pattern of {function} must be a constant string, got '{fragment}' ({header}: '{text}')"
-            )
-        return str(pattern.this)
-
-    def bound(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Like | exp.ILike):
-            pattern = constant(node, "LIKE")
-            if pattern is None:
-                return node
-            subject = node.this
-            if isinstance(node, exp.ILike):  # Spark's ILIKE: lower(value) LIKE lower(pattern)
-                pattern, subject = pattern.lower(), exp.Lower(this=subject)
-            linear = like_regex(pattern)
-            return node if linear is None else exp.RegexpLike(this=subject, expression=exp.Literal.string(linear))
-        if isinstance(node, exp.RegexpExtract | exp.RegexpReplace):
-            function = "regexp_extract" if isinstance(node, exp.RegexpExtract) else "regexp_replace"
-            if isinstance(node, exp.RegexpExtract) and node.args.get("position") is not None:
-                # Doris's third argument is the group (Spark's idx); sqlglot reads it as a position Spark lacks
-                node = node.copy()
-                node.set("group", node.args["position"])
-                node.set("position", None)
-            pattern = constant(node, function)
-            if pattern is None:
-                return node
-            longest = regex_cost(pattern).max_subject()
-            if longest >= limits.max_line_bytes:  # a field is never longer than its line
-                return node
-            refusal = (
-                f"{function} refuses a value longer than {longest} characters: its pattern '{pattern}' could "
-                "backtrack for too long on it (docs/security.md)"
-            )
-            too_long = exp.GT(this=exp.Length(this=node.this.copy()), expression=exp.Literal.number(longest))
-            raise_error = exp.Anonymous(this="raise_error", expressions=[exp.Literal.string(refusal)])
-            return exp.If(this=too_long, true=raise_error, false=node)
-        return node
-
-    return tree.copy().transform(bound, copy=False)
+    try:
+        return regex_cost.bound_patterns(tree, longest_value=limits.max_line_bytes)
+    except regex_cost.PatternRefused as exc:
+        raise BadExpression(f"{exc} ({header}: '{text}')") from None
 
 
 DEFAULT_LIMITS = InputLimits()

@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tables.errors import BadExpression
+from sqlglot import exp
+
+
+class PatternRefused(ValueError):
+    """A pattern a load expression or a query may not use; its text says why."""
+
 
 STEPS = 200_000_000  # the backtracking steps a value may cost (~0.2-2 s of one core)
 WIDE = 64  # a bounded quantifier with more choices than this counts as unbounded (`a{0,100000}`)
@@ -63,15 +68,15 @@ class _Scan:
     choices: int = 1
     groups: list[_Group] = field(default_factory=lambda: [_Group()])
 
-    def refuse(self, why: str) -> BadExpression:
-        return BadExpression(f"regular expression '{self.pattern}' is refused: {why}")
+    def refuse(self, why: str) -> PatternRefused:
+        return PatternRefused(f"regular expression '{self.pattern}' is refused: {why}")
 
 
 def regex_cost(pattern: str) -> RegexCost:
     """The backtracking a Java regex may cost (see the module's text).
 
     Raises:
-        BadExpression: a pattern that may backtrack exponentially, or has too many choices.
+        PatternRefused: a pattern that may backtrack exponentially, or has too many choices.
     """
     scan = _Scan(pattern)
     i, n = 0, len(pattern)
@@ -114,7 +119,7 @@ def _count_alternatives(scan: _Scan, group: _Group) -> None:
 
 
 def _escape(scan: _Scan, i: int) -> int:
-    """The index after the escape at `i`. Raises: BadExpression for a backreference."""
+    """The index after the escape at `i`. Raises: PatternRefused for a backreference."""
     pattern = scan.pattern
     if i + 1 >= len(pattern):
         raise scan.refuse("it ends with a backslash")
@@ -155,7 +160,7 @@ def _class_end(scan: _Scan, i: int) -> int:
 
 
 def _open(scan: _Scan, i: int) -> int:
-    """Open a group at `i`; the index after its opener. Raises: BadExpression for lookaround."""
+    """Open a group at `i`; the index after its opener. Raises: PatternRefused for lookaround."""
     pattern = scan.pattern
     if pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
         raise scan.refuse("lookaround is not supported")
@@ -200,10 +205,10 @@ def _quantifier(scan: _Scan, i: int, last: _Group | bool | None) -> int:
         low, high, end = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c] + (i + 1,)
     if end < len(pattern) and pattern[end] in "?+":
         end += 1
+    if isinstance(last, _Group) and last.choice and (high is None or high > 1):  # `(.*a){12}`: 12 of them
+        raise scan.refuse("a repeated group holds a quantifier or an alternation (it may backtrack exponentially)")
     if high is not None and high <= low:
         return end  # a fixed count: no choice
-    if isinstance(last, _Group) and last.choice and (high is None or high > 1):
-        raise scan.refuse("a repeated group holds a quantifier or an alternation (it may backtrack exponentially)")
     scan.groups[-1].choice = True
     if high is None or high - low > WIDE:
         scan.unbounded += 1
@@ -252,3 +257,90 @@ def like_regex(pattern: str) -> str | None:
     first, *middle, last = parts
     # leftmost and committed: a later part never makes an earlier one move (fixed lengths), so no backtracking
     return "(?s)\\A" + part(first) + "".join(f"(?>.*?{part(p)})" for p in middle if p) + ".*" + part(last) + "\\z"
+
+
+# -- a tree's patterns ---------------------------------------------------------------------------------------------
+# Spark's functions that match a pattern argument (`expression`) against a subject (`this`) with java.util.regex
+_REGEX_CALLS: dict[type[exp.Expression], str] = {
+    exp.RegexpLike: "RLIKE",
+    exp.RegexpILike: "RLIKE",
+    exp.RegexpExtract: "regexp_extract",
+    exp.RegexpExtractAll: "regexp_extract_all",
+    exp.RegexpReplace: "regexp_replace",
+    exp.RegexpCount: "regexp_count",
+    exp.RegexpInstr: "regexp_instr",
+    exp.RegexpSplit: "split",
+}
+
+
+def bound_patterns(tree: exp.Expression, *, longest_value: int) -> exp.Expression:
+    """A copy of `tree` in which no pattern can make Spark's regex engine backtrack for long: a `LIKE` with two or
+    more `%` becomes the `RLIKE` of `like_regex`; a regex call refuses (`raise_error`) a subject longer than its
+    pattern's `max_subject` instead of running it, unless no value can be that long (`longest_value`). Patterns
+    must be constant strings (a pattern read from the data could be anything). Doris's `regexp_extract(s, p, n)`
+    keeps its third argument as Spark's group index.
+
+    Raises:
+        PatternRefused: a pattern that is not a constant string, or a regex `regex_cost` refuses.
+    """
+
+    def constant(pattern: exp.Expression | None, function: str) -> str | None:
+        if isinstance(pattern, exp.Null):
+            return None
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            fragment = pattern.sql(dialect="doris") if pattern is not None else ""
+            raise PatternRefused(f"the pattern of {function} must be a constant string, got '{fragment}'")
+        return str(pattern.this)
+
+    def like(node: exp.Like | exp.ILike) -> exp.Expression:
+        pattern = node.expression
+        if isinstance(pattern, exp.Any | exp.All):  # LIKE ANY (...): each pattern as a LIKE of its own would be
+            for each in pattern.find_all(exp.Literal):
+                if like_regex(constant(each, "LIKE") or "") is not None:
+                    raise PatternRefused(f"LIKE ANY / ALL takes patterns with at most one '%' here: '{each.this}'")
+            return node
+        text = constant(pattern, "LIKE")
+        if text is None:
+            return node
+        subject = node.this
+        if isinstance(node, exp.ILike):  # Spark's ILIKE: lower(value) LIKE lower(pattern)
+            text, subject = text.lower(), exp.Lower(this=subject)
+        linear = like_regex(text)
+        return node if linear is None else exp.RegexpLike(this=subject, expression=exp.Literal.string(linear))
+
+    def bound(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Like | exp.ILike):
+            return like(node)
+        function = _REGEX_CALLS.get(type(node))
+        if isinstance(node, exp.StrToMap):  # its two delimiters are regexes, its subject the text
+            texts = [constant(d, "str_to_map") for d in (node.args.get("pair_delim"), node.args.get("key_value_delim"))]
+            patterns = [t for t in texts if t is not None]
+            return _guarded(node, "str_to_map", patterns, longest_value) if patterns else node
+        if function is None:
+            return node
+        if isinstance(node, exp.RegexpExtract) and node.args.get("position") is not None:
+            # Doris's third argument is the group (Spark's idx); sqlglot reads it as a position Spark lacks
+            node = node.copy()
+            node.set("group", node.args["position"])
+            node.set("position", None)
+        if isinstance(node, exp.RegexpSplit) and not isinstance(node.expression, exp.Literal):
+            return node  # Doris's split(s, d): sqlglot quotes the delimiter (\\Q...\\E), a literal for Spark
+        text = constant(node.expression, function)
+        return node if text is None else _guarded(node, function, [text], longest_value)
+
+    return tree.copy().transform(bound, copy=False)
+
+
+def _guarded(node: exp.Expression, function: str, patterns: list[str], longest_value: int) -> exp.Expression:
+    """`node` behind a check of its subject's length, when a pattern could backtrack too long on a longer one."""
+    longest = min(regex_cost(pattern).max_subject() for pattern in patterns)
+    if longest >= longest_value:
+        return node
+    shown = "', '".join(patterns)
+    refusal = (
+        f"{function} refuses a value longer than {longest} characters: its pattern '{shown}' could backtrack "
+        "for too long on it (docs/security.md)"
+    )
+    too_long = exp.GT(this=exp.Length(this=node.this.copy()), expression=exp.Literal.number(longest))
+    raise_error = exp.Anonymous(this="raise_error", expressions=[exp.Literal.string(refusal)])
+    return exp.If(this=too_long, true=raise_error, false=node)

@@ -35,7 +35,7 @@ from spark_runner.arrow_frames import arrow_frame
 from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
-from spark_runner.supervisor import NO_BACKEND_FOR_QUERY, backend_stopped
+from spark_runner.supervisor import NO_BACKEND_FOR_QUERY, backend_stopped, overdue
 from spark_runner.types import storage_schema
 from tables.catalog import TableHandle
 from tables.errors import DorisError, SqlError
@@ -964,6 +964,7 @@ class JobGuard:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._done.set()
+        overdue.returned(self.tag)
         if not self._tagged:
             return
         try:
@@ -981,6 +982,7 @@ class JobGuard:
             if self.reason is None and time.monotonic() >= self.deadline:
                 self.reason = "timeout"
             if self.reason is not None:
+                overdue.cancelled(self.tag, f"statement {self.tag}")  # until it returns (`supervisor`)
                 try:
                     self.spark.sparkContext.cancelJobsWithTag(self.tag)
                 except Exception:  # a stopped JVM has no jobs left: the statement fails on its own

@@ -26,6 +26,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from loaders.regex_cost import PatternRefused, bound_patterns
 from spark_runner.queries import QueryViews, collect_result
 from spark_runner.sqltext import lit
 from sql.bucket_filter import pinned_values
@@ -461,8 +462,12 @@ def run_query(
         row_source=row_source,
     )
     plain = query_sql(bound)
+    try:  # no pattern may make Spark's regex engine backtrack for long (docs/security.md)
+        patterned = bound_patterns(bound, longest_value=limits.max_string_bytes)
+    except PatternRefused as exc:
+        raise SqlError(str(exc)) from None
     # the capped text may rename its columns: the frame keeps the names the caller wrote
-    return views.frame(query_sql(cap_growth(bound, limits)), names_from=plain)
+    return views.frame(query_sql(cap_growth(patterned, limits)), names_from=plain)
 
 
 def run_select(ctx: SqlContext, tree: exp.Expression, session: Session) -> ResultSet:

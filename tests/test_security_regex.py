@@ -10,7 +10,7 @@ import time
 import pytest
 
 from loaders.expressions import parse_condition
-from loaders.regex_cost import like_regex, regex_cost
+from loaders.regex_cost import PatternRefused, like_regex, regex_cost
 from tables.errors import BadExpression
 from tests.helpers import DorisClient
 
@@ -38,6 +38,7 @@ def test_exponential_regex_constructs_are_refused() -> None:
         ("(a+)+b", "repeated group"),
         ("(a|aa)*b", "repeated group"),
         ("(?:x*y)*z", "repeated group"),
+        ("(.*a){12}", "repeated group"),
         ("(a)\\1", "backreferences"),
         ("(?<n>a)\\k<n>", "backreferences"),
         ("a(?=b)", "lookaround"),
@@ -46,7 +47,7 @@ def test_exponential_regex_constructs_are_refused() -> None:
         ("(a", "unbalanced"),
         ("[a", "unclosed"),
     ]:
-        with pytest.raises(BadExpression, match=why):
+        with pytest.raises(PatternRefused, match=why):
             regex_cost(pattern)
 
 
@@ -110,3 +111,32 @@ def test_regexp_extract_takes_the_group_its_third_argument_names(doris: DorisCli
     ).json()
     assert reply["Status"] == "Success", reply
     assert doris.rows(db, "SELECT v FROM t") == [["34/12-34"]]
+
+
+@pytest.mark.parametrize(
+    "stmt, refusal",
+    [
+        # the audit's: a task that ran 11 minutes past query_timeout, its core held, every Spark job behind it waiting
+        ("SELECT count(*) FROM range(1) WHERE concat(repeat('a', 300), CAST(id AS STRING)) RLIKE '^(.*a){12}$'",
+         "backtrack exponentially"),
+        ("SELECT regexp_replace(v, '(a|aa)*b', '') FROM t", "backtrack exponentially"),
+        ("SELECT str_to_map(v, '(,+)+', ':') FROM t", "backtrack exponentially"),
+        ("SELECT count(*) FROM t WHERE v RLIKE v", "must be a constant string"),
+    ],
+)  # fmt: skip
+def test_a_query_pattern_that_backtracks_exponentially_is_refused(
+    doris: DorisClient, db: str, table: str, stmt: str, refusal: str
+) -> None:
+    started = time.monotonic()
+    assert refusal in doris.sql_error(db, stmt)
+    assert time.monotonic() - started < 10
+
+
+def test_query_patterns_are_linear_or_bounded(doris: DorisClient, db: str, table: str) -> None:
+    long = "a" * 20_000
+    doris.stream_load(db, table, f"1\t{long}\n2\txaxb\n")
+    started = time.monotonic()
+    assert doris.rows(db, "SELECT k FROM t WHERE v LIKE '%a%a%a%a%a%a%a%a%b' OR v ILIKE 'X%A%B' ORDER BY k") == [[2]]
+    assert time.monotonic() - started < 20
+    assert "refuses a value longer than" in doris.sql_error(db, "SELECT regexp_extract(v, '.*x', 0) FROM t")
+    assert doris.rows(db, "SELECT regexp_extract('12-34', '(\\\\d+)-(\\\\d+)', 2)") == [["34"]]
