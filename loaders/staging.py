@@ -4,7 +4,8 @@ Every size and time a client controls is bounded here, before Spark reads a byte
     body size          `max_bytes` (streaming_load_max_mb; JSON read whole: streaming_load_json_max_mb)
     line length        `LineGuard` (SL_MAX_LINE_BYTES), on the plain bytes: a body with no newline is refused
                        instead of becoming one row as large as the body in the JVM
-    decompressed size  absolute, and as a ratio of the compressed size (`decompression_limit`)
+    decompressed size  absolute, and as a ratio of the compressed size (`decompression_limit`); a Parquet / ORC
+                       body's data too, from its footer and its pages / chunks (`check_columnar`)
     time               an idle limit between chunks and a total deadline (`timed_chunks`)
 """
 
@@ -22,6 +23,7 @@ from typing import Any, BinaryIO
 
 import anyio
 
+from loaders.formats.columnar import ExpansionLimit, check_columnar_body
 from tables.errors import BadRequest, LoadError, LoadTimeout
 from tables.load_spec import LoadRequest
 
@@ -428,14 +430,37 @@ async def receive_body(
         raise LoadError(f"failed to stage the body: {exc}") from exc  # the server's disk (full, failing)
     except Exception as exc:  # the client went away mid-body: the load failed and its label is free
         raise BadRequest(f"failed to receive body: {exc}") from exc
-    if load.compression is None:  # nothing to decompress: no thread hop
-        return staged
-    return await anyio.to_thread.run_sync(
-        lambda: decompress_staged(
-            staged,
-            load.compression,
-            max_bytes=min(max_bytes, limits.max_decompressed_bytes),
-            max_ratio=limits.max_decompression_ratio,
-            lines=lines,
+    if load.compression is not None:
+        staged = await anyio.to_thread.run_sync(
+            lambda: decompress_staged(
+                staged,
+                load.compression,
+                max_bytes=min(max_bytes, limits.max_decompressed_bytes),
+                max_ratio=limits.max_decompression_ratio,
+                lines=lines,
+            )
         )
+    if load.format in ("parquet", "orc"):  # compressed inside: its data is measured before Spark reads it
+        await anyio.to_thread.run_sync(lambda: check_columnar(staged, load, limits))
+    return staged
+
+
+def columnar_limit(received: int, load: LoadRequest, limits: BodyLimits) -> ExpansionLimit:
+    """How far the data of a Parquet / ORC body of `received` bytes may expand: as a compressed body may
+    (`decompression_limit`), and no page or compression block past a line's limit."""
+    max_bytes, _ = body_limit(load, limits)
+    limit, too_far = decompression_limit(
+        received, max_bytes=min(max_bytes, limits.max_decompressed_bytes), max_ratio=limits.max_decompression_ratio
     )
+    return ExpansionLimit(limit=limit, too_far=too_far, max_block=limits.max_line_bytes)
+
+
+def check_columnar(staged: StagedPayload, load: LoadRequest, limits: BodyLimits) -> None:
+    """Raises: BadRequest (EXCEEDED_LIMIT) when the Parquet / ORC body's data expands too far
+    (`loaders.formats.columnar`); the file is removed then."""
+    bound = columnar_limit(staged.size, load, limits)
+    try:
+        check_columnar_body(load.format, bound, path=staged.path if staged.data is None else None, data=staged.data)
+    except BadRequest:
+        staged.path.unlink(missing_ok=True)
+        raise

@@ -181,6 +181,22 @@ def as_strings(lines: list[bytes]) -> pa.Array:
 def split_lines(lines: pa.Array, dialect: CsvDialect) -> pa.Table:
     """The lines' raw fields, the rest of longer lines and the field counts that are not the expected one."""
     import pyarrow as pa
+
+    pieces = list(split_pieces(lines, dialect))
+    if not pieces:
+        return _schema(dialect).empty_table()
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+CELLS = 1 << 20  # fields (present or NULL) of one piece of a split whose lines have different field counts
+
+
+def split_pieces(lines: pa.Array, dialect: CsvDialect) -> Iterator[pa.Table]:
+    """`split_lines`, as consecutive pieces of rows: the lines are split now, each piece's columns are built when
+    it is taken. Lines of other field counts than the expected one give pieces of at most `CELLS` fields each,
+    with one shared NULL column for every field past the piece's longest line: a body of one-field lines with
+    600 `columns` once built 601 columns of every line at once (the server grew by 2.2 GB for a 1.1 MB body)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     n = dialect.field_count
@@ -191,17 +207,49 @@ def split_lines(lines: pa.Array, dialect: CsvDialect) -> pa.Table:
     fewest, most = bounds["min"].as_py(), bounds["max"].as_py()
     if fewest == n == most:  # the common case: every line has the expected fields
         columns = [pc.list_element(parts, i) for i in range(n)]
-        return pa.Table.from_arrays(
-            [*columns, pa.nulls(len(lines), pa.string()), pa.nulls(len(lines), pa.int32())], schema=_schema(dialect)
+        return iter(
+            [
+                pa.Table.from_arrays(
+                    [*columns, pa.nulls(len(lines), pa.string()), pa.nulls(len(lines), pa.int32())],
+                    schema=_schema(dialect),
+                )
+            ]
         )
-    fixed = pc.list_slice(parts, 0, n + 1, return_fixed_size_list=True)  # NULL past the line's end
-    columns = [pc.list_element(fixed, i) for i in range(n + 1)]
-    rest = columns[n]
-    # a longer line has n fields, the rest's first one and one more per separator in the rest
-    whole = pc.add(pc.count_substring(rest, sep), n + 1)
-    fields = pc.if_else(pc.is_null(rest), counts, whole).cast(pa.int32())
-    ncols = pc.if_else(pc.equal(fields, n), pa.scalar(None, pa.int32()), fields)
-    return pa.Table.from_arrays([*columns, ncols], schema=_schema(dialect))
+    return _ragged_pieces(parts, counts, dialect)
+
+
+def _ragged_pieces(parts: pa.ListArray, counts: pa.Array, dialect: CsvDialect) -> Iterator[pa.Table]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = dialect.field_count
+    sep = dialect.column_separator
+    step = max(1, CELLS // (n + 1))
+    taken: list[pa.Table] = []
+    rows_taken = cells_taken = 0
+    for start in range(0, len(parts), step):
+        piece, piece_counts = parts.slice(start, step), counts.slice(start, step)
+        rows = len(piece)
+        longest = pc.max(piece_counts).as_py() or 0
+        width = min(max(longest, 1), n + 1)
+        fixed = pc.list_slice(piece, 0, width, return_fixed_size_list=True)  # NULL past the line's end
+        absent = pa.nulls(rows, pa.string())  # every field past the piece's longest line
+        columns = [pc.list_element(fixed, i) for i in range(width)] + [absent] * (n + 1 - width)
+        rest = columns[n]
+        # a longer line has n fields, the rest's first one and one more per separator in the rest
+        whole = pc.add(pc.count_substring(rest, sep), n + 1)
+        fields = pc.if_else(pc.is_null(rest), piece_counts, whole).cast(pa.int32())
+        ncols = pc.if_else(pc.equal(fields, n), pa.scalar(None, pa.int32()), fields)
+        taken.append(pa.Table.from_arrays([*columns, ncols], schema=_schema(dialect)))
+        rows_taken += rows
+        cells_taken += rows * width
+        # pieces go out together up to a row group (or `CELLS` fields that are not the shared NULLs): one piece
+        # a row group made the Parquet file's footer as large as the fields
+        if rows_taken >= ROW_GROUP_ROWS or cells_taken >= 4 * CELLS:
+            yield pa.concat_tables(taken)
+            taken, rows_taken, cells_taken = [], 0, 0
+    if taken:
+        yield pa.concat_tables(taken)
 
 
 def split_small(path: Path, dialect: CsvDialect) -> pa.Table | None:
@@ -246,13 +294,13 @@ def stage_fields(path: Path, dialect: CsvDialect, *, growing: GrowingBody | None
                 str(out), _schema(dialect), compression="none", use_dictionary=False, write_statistics=False
             ) as writer,
         ):
-            pending: deque[Future[pa.Table]] = deque()
+            pending: deque[Future[Iterator[pa.Table]]] = deque()
             for lines in body_lines(path, dialect, growing=growing):
-                pending.append(pool.submit(split_lines, lines, dialect))
+                pending.append(pool.submit(split_pieces, lines, dialect))
                 while pending and (len(pending) > SPLIT_THREADS or pending[0].done()):
-                    rows += _write(writer, pending.popleft().result())
+                    rows += sum(_write(writer, piece) for piece in pending.popleft().result())
             while pending:
-                rows += _write(writer, pending.popleft().result())
+                rows += sum(_write(writer, piece) for piece in pending.popleft().result())
     except (GeneralPath, pa.ArrowException, OSError) as exc:
         log.debug("general path for %s: %s", path.name, exc)
         out.unlink(missing_ok=True)

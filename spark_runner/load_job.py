@@ -50,7 +50,7 @@ from spark_runner.sqltext import convert_sql, default_sql, lit, q, storage_type_
 from tables.commit import rowset_files
 from tables.csv_dialect import NULL_MARKER, CsvDialect, CsvPath
 from tables.errors import LoadError
-from tables.load_spec import LoadCounts, MergeType
+from tables.load_spec import ColumnMapping, LoadCounts, MergeType
 from tables.model import BUCKET_COL, DELETE_SIGN, SEQUENCE_COL, VERSION_COL, ColumnDef, TableDef
 from tables.partitions import NO_PARTITION, PARTITION_COL
 from tables.row_delta import write_position_deletes
@@ -125,7 +125,9 @@ def _text_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> DataFr
         text = text.where(f"{POS} >= {dialect.skip_lines}")
     sep = dialect.column_separator
     if dialect.quoted:
-        parts = text.where("value != ''").selectExpr(POS, "value", f"{_quoted_split(dialect)} AS __parts")
+        parsed, split = _quoted_split(dialect)  # the line parsed once, its fields taken in the next projection
+        lines = text.where("value != ''").selectExpr(POS, "value", f"{parsed} AS __csv")
+        parts = lines.selectExpr(POS, "value", f"{split} AS __parts")
     else:
         pattern = f"\\Q{sep}\\E" if "\\E" not in sep else "".join(f"\\x{{{ord(ch):x}}}" for ch in sep)
         parts = text.where("value != ''").selectExpr(POS, "value", f"split(value, {lit(pattern)}, -1) AS __parts")
@@ -211,11 +213,14 @@ def _parquet_source(spark: SparkSession, path: Path, dialect: CsvDialect) -> Dat
 MISSING = "\u0001__missing__\u0001"  # from_csv's null value: never in data, so NULL means "no such field"
 
 
-def _quoted_split(dialect: CsvDialect) -> str:
-    """Fields of one line with `enclose` protecting separators and `escape` escaping the enclose character.
+def _quoted_split(dialect: CsvDialect) -> tuple[str, str]:
+    """Fields of one line with `enclose` protecting separators and `escape` escaping the enclose character:
+    the line parsed into a struct (`__csv`), and its fields from that struct.
 
     Spark's CSV parser per line; one extra field in the schema reveals lines with too many fields, and a
     NULL marks a missing one, so the column count is exact. `\\N` keeps its meaning (handled by the caller).
+    The struct is built in a projection of its own: `from_csv` once per field repeated the schema of every field
+    (2,000 `columns` took more than 60 s to plan).
     """
     width = dialect.field_count + 1
     schema = lit(", ".join(f"f{i} STRING" for i in range(width)))
@@ -231,8 +236,8 @@ def _quoted_split(dialect: CsvDialect) -> str:
     }
     rendered = "map(" + ", ".join(f"{lit(k)}, {lit(v)}" for k, v in options.items()) + ")"
     parsed = f"from_csv(value, {schema}, {rendered})"
-    fields = ", ".join(f"{parsed}.f{i}" for i in range(width))
-    return f"filter(array({fields}), x -> x IS NOT NULL)"
+    fields = ", ".join(f"__csv.f{i}" for i in range(width))
+    return parsed, f"filter(array({fields}), x -> x IS NOT NULL)"
 
 
 NOT_ARRAY = "JSON data is not an array-object, `strip_outer_array` must be FALSE."
@@ -255,15 +260,21 @@ def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
     if req.strip_outer_array:
         text = spark.read.text(str(path), wholetext=True).where("trim(value) != ''")
         rooted = text.selectExpr("value", f"{root} AS __root")
-        # a body that is no array still gives one row, so that it is counted and filtered
-        elements = "coalesce(from_json(__root, 'array<string>'), array(CAST(NULL AS STRING)))"
-        docs = rooted.selectExpr("value", "__root", f"posexplode({elements}) AS ({POS}, __doc)")
-        reason = (
+        # the document's own checks, once per document: an element's row carries their outcome and its own text
+        # only (evaluated per element over the whole document, a 640 KB array of 80,000 objects took > 200 s)
+        checked = rooted.selectExpr(
+            "from_json(__root, 'array<string>') AS __elements",
             f"CASE WHEN {no_root} THEN 'JSON Root not found.' "
             f"WHEN json_array_length(__root) IS NULL AND json_object_keys(__root) IS NOT NULL THEN {lit(NOT_ARRAY)} "
-            "WHEN json_object_keys(__doc) IS NULL THEN 'Parse json data failed' END"
+            "END AS __docbad",
+            "CASE WHEN from_json(__root, 'array<string>') IS NULL THEN coalesce(__root, value) END AS __whole",
         )
-        line = "coalesce(__doc, __root, value)"
+        # a body that is no array still gives one row, so that it is counted and filtered
+        elements = "coalesce(__elements, array(CAST(NULL AS STRING)))"
+        docs = checked.selectExpr("__docbad", "__whole", f"posexplode({elements}) AS ({POS}, __doc)")
+        reason = "coalesce(__docbad, CASE WHEN json_object_keys(__doc) IS NULL THEN 'Parse json data failed' END)"
+        # a `null` element's line is its own text, as any other element's (it was the whole document)
+        line = "coalesce(__doc, __whole, 'null')"
     else:
         if req.read_json_by_line:
             text = spark.read.text(str(path), lineSep=req.line_delimiter)
@@ -286,8 +297,18 @@ def json_source(spark: SparkSession, path: Path, plan: LoadPlan) -> DataFrame:
             for i, p in enumerate(paths[: len(names)])
         ]
     else:
+        # the document parsed once into a struct, its fields taken from it in the next projection (one
+        # `from_json` per field repeated the schema of every field: SQL text quadratic in the names)
         schema = lit("struct<" + ", ".join(f"{q(n)}: string" for n in names) + ">")
-        fields = [f"from_json(__doc, {schema}).{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
+        parsed = docs.selectExpr(
+            POS,
+            f"{line} AS {LINE}",
+            f"{len(names)} AS {NCOLS}",
+            f"{reason} AS __bad",
+            f"from_json(__doc, {schema}) AS __s",
+        )
+        fields = [f"__s.{q(n)} AS {_field(i)}" for i, n in enumerate(names)]
+        return parsed.selectExpr(POS, LINE, NCOLS, "__bad", *fields)
     return docs.selectExpr(POS, f"{line} AS {LINE}", f"{len(names)} AS {NCOLS}", f"{reason} AS __bad", *fields)
 
 
@@ -369,10 +390,30 @@ def map_columns(df: DataFrame, plan: LoadPlan) -> DataFrame:
     extra = ["__bad"] if "__bad" in df.columns else []
     fields = [f"{_field(i)} AS {q(name)}" for i, name in enumerate(plan.source_fields)]
     out = select_expr(df, [POS, LINE, NCOLS, *extra, *fields])
-    for mapping in plan.derived:
-        assert mapping.expr is not None
-        out = select_expr(out, ["*", f"({mapping.expr.spark_sql}) AS {q(mapping.name)}"])
+    for layer in derived_layers(plan.source_fields, plan.derived):
+        out = select_expr(out, ["*", *(f"({m.expr.spark_sql}) AS {q(m.name)}" for m in layer if m.expr is not None)])
     return out
+
+
+def derived_layers(sources: Sequence[str], derived: Sequence[ColumnMapping]) -> list[list[ColumnMapping]]:
+    """The derived `columns` entries in order, as few projections as their dependencies allow: an entry starts a
+    new projection when it reads an entry of the current one, or names a column that exists already (as one
+    projection per entry did, it then sees every earlier entry). One projection per entry made Spark's analyzer
+    walk the whole chain again for each (1,500 constant entries kept it busy for minutes)."""
+    layers: list[list[ColumnMapping]] = []
+    before = {name.lower() for name in sources}  # the columns the current projection reads
+    current: set[str] = set()  # the names the current projection defines
+    for mapping in derived:
+        assert mapping.expr is not None
+        name = mapping.name.lower()
+        reads = {ref.lower() for ref in mapping.expr.refs}
+        if not layers or reads & current or name in current or name in before:
+            before |= current
+            current = set()
+            layers.append([])
+        layers[-1].append(mapping)
+        current.add(name)
+    return layers
 
 
 def _reason_sql(column: ColumnDef, raw: str | None, value: str, strict: bool, max_string: int) -> str:
@@ -424,10 +465,16 @@ def _count_reason(plan: LoadPlan) -> str:
     return f"CASE WHEN {NCOLS} > {expected} THEN {more} WHEN {NCOLS} < {expected} THEN {less} END"
 
 
+def loose_names(plan: LoadPlan) -> list[str]:
+    """The names of the load's scope (source fields and `columns` entries) that are no table column: carried
+    through the per-row steps for `where`, `delete` and the sequence to read."""
+    table_names = {t.column.name.lower() for t in plan.targets}
+    return [name for name in plan.scope if name.lower() not in table_names]
+
+
 def convert_targets(df: DataFrame, plan: LoadPlan) -> DataFrame:
     """Convert every table column to its type (or DEFAULT) and record the first reject reason of each row."""
-    table_names = {t.column.name.lower() for t in plan.targets}
-    loose = [name for name in plan.scope if name.lower() not in table_names]
+    loose = loose_names(plan)
     converted: list[str] = []
     for i, target in enumerate(plan.targets):
         if target.source is None:
@@ -727,6 +774,10 @@ def _rowset(
     these columns of theirs (position, sequence) come along, for the caller's merge (`merge.latest_rows`)."""
     if prepared_rows is None:
         prepared_rows = prepare_rows(source, plan)
+    loose = set(loose_names(plan))
+    if loose:  # read by `where` / `delete` / the sequence only (`mark_flags`): not carried into the counted rows,
+        # whose node keeps Spark from pruning them (2,000 of them: seconds to compile the job's generated code)
+        prepared_rows = select_expr(prepared_rows, [q(c) for c in prepared_rows.columns if c not in loose])
     rows = prepared_rows
     if observation is not None:
         rows = prepared_rows.observe(
