@@ -317,6 +317,8 @@ def check_size(
     return size
 
 
+MAX_COLUMNS = 4096  # `columns` entries: a Doris table has at most a few thousand columns (planning is linear in them)
+MAX_DERIVED = 256  # derived entries: a chain of them takes a projection per link
 MAX_DEPTH = 32  # Doris allows 3000 (expr_depth_limit); sqlglot's parser recurses ~25 Python frames a level
 TOO_DEEP = f"Exceeded the maximum depth of an expression tree ({MAX_DEPTH})."
 
@@ -411,6 +413,13 @@ def parse_columns(
     select = _parse_select(text, header="columns")
     if not isinstance(select, exp.Select) or select.args.get("from_") or select.args.get("where"):
         raise BadExpression(f"failed to parse columns '{text}'")
+    entries = select.expressions
+    derived_count = sum(1 for item in entries if not isinstance(item, exp.Column))
+    if len(entries) > MAX_COLUMNS or derived_count > MAX_DERIVED:
+        raise BadExpression(
+            f"the columns header has {len(entries)} entries ({derived_count} derived), at most {MAX_COLUMNS} "
+            f"({MAX_DERIVED} derived)"
+        )
     out: list[ColumnMapping] = []
     seen: set[str] = set()
     derived: dict[str, Size] = {} if sizes is None else sizes
