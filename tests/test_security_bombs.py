@@ -34,19 +34,18 @@ LINE_LIMIT = 4 * MIB
 FLOOR = 16 * MIB  # a body may always expand this far (loaders.staging.RATIO_FLOOR)
 
 
-@pytest.fixture(scope="module")
-def bomb_app(spark, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def _app(spark, tmp_path_factory: pytest.TempPathFactory, name: str, **settings: Any):  # type: ignore[no-untyped-def]
+    """A server app of its own with these settings (the run's SparkSession, a fresh data dir)."""
     from app.main import create_app
     from app.settings import Settings
 
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("bomb-data"),
-        mysql_port=0,
-        compaction_interval_seconds=0,
-        max_line_bytes=LINE_LIMIT,
-        max_string_bytes=32 * MIB,
-    )
-    return create_app(settings, spark=spark)
+    data_dir = tmp_path_factory.mktemp(name)
+    return create_app(Settings(data_dir=data_dir, mysql_port=0, compaction_interval_seconds=0, **settings), spark=spark)
+
+
+@pytest.fixture(scope="module")
+def bomb_app(spark, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return _app(spark, tmp_path_factory, "bomb-data", max_line_bytes=LINE_LIMIT, max_string_bytes=32 * MIB)
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +56,7 @@ def bombs(bomb_app) -> Iterator[Tables]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def split_app(spark, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from app.main import create_app
-    from app.settings import Settings
-
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("split-data"),
-        mysql_port=0,
-        compaction_interval_seconds=0,
-        csv_parquet_min_bytes=64 * KIB,
-    )
-    return create_app(settings, spark=spark)
+    return _app(spark, tmp_path_factory, "split-data", csv_parquet_min_bytes=64 * KIB)
 
 
 @pytest.fixture(scope="module")
