@@ -4,10 +4,11 @@ The FE's checks come first with its `{"status": "FAILED", "msg": ...}` shape; th
 `{"status": "Success", "msg": "... commit successfully."}` or a Doris status code with its message,
 pretty-printed with 4 spaces as rapidjson's PrettyWriter does. Always HTTP 200.
 
-Privileges: the route needs LOAD on the database (the table form: on its table), and the transaction, once
-resolved by id or label, must be one the user may load into (LOAD on its own table, as Doris's FE checks in
-`loadTxn2PC`) and, in the table form, one of the URL's table. A transaction that fails either check is
-answered as one that does not exist, so a user cannot probe the transactions of tables it has no LOAD on.
+Privileges: the route needs LOAD in the database (on it or on one of its tables; the table form: on its table),
+and the transaction, once resolved by id or label, must be one the user may load into (LOAD on its own table, as
+Doris's FE checks in `loadTxn2PC`) and, in the table form, one of the URL's table. A transaction that fails
+either check is answered as one that does not exist, so a user cannot probe the transactions of tables it has no
+LOAD on.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ log = logging.getLogger(__name__)
 
 async def _operate(db: str, request: Request, services: Services, table: str | None = None) -> Response:
     privileges = login(request, services.accounts)
-    if table is None or not privileges.allows(Priv.LOAD, db, table):  # the table form: a grant on it is enough
+    # Doris's FE checks the password here and LOAD on the transaction's own tables later (`_may_operate`): a user
+    # with LOAD on one table commits its transactions by either form; one without LOAD in the database is refused
+    if not (privileges.holds_in(Priv.LOAD, db) if table is None else privileges.allows(Priv.LOAD, db, table)):
         require_db(privileges, Priv.LOAD, db)
     txn_id, label = request.headers.get("txn_id"), request.headers.get("label")
     operation = request.headers.get("txn_operation")

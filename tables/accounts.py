@@ -220,6 +220,12 @@ class Privileges:
     def sees_table(self, db: str, table: str) -> bool:
         return self.is_super or bool(self.on(db, table))
 
+    def holds_in(self, wanted: Priv, db: str) -> bool:
+        """`wanted` on the database or on one of its tables (or everywhere)."""
+        return self.is_super or any(
+            g.privs & wanted == wanted and (g.scope.is_global or g.scope.db == db) for g in self.grants
+        )
+
 
 def table_denied(command: str, identity: Identity, db: str, table: str) -> AccessDenied:
     """Doris's ERR_TABLEACCESS_DENIED_ERROR (1142)."""

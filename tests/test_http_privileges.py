@@ -131,7 +131,7 @@ def test_get_load_state_needs_load_priv_on_the_database(setup: Setup, role: str,
     [
         ("db_loader", "/api/{db}/_stream_load_2pc", True),
         ("table_loader", "/api/{db}/t/_stream_load_2pc", True),  # the table form: a grant on the table
-        ("table_loader", "/api/{db}/_stream_load_2pc", False),
+        ("table_loader", "/api/{db}/_stream_load_2pc", True),  # Doris: its transactions, by the database form too
         ("table_loader", "/api/{db}/other/_stream_load_2pc", False),
         ("reader", "/api/{db}/t/_stream_load_2pc", False),
     ],

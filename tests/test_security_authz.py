@@ -231,3 +231,20 @@ def test_metrics_without_credentials_name_no_database_or_table(doris: DorisClien
     wrong = httpx.get(f"{base_url}/metrics", auth=(world.user, "nope"), timeout=30)
     assert wrong.json()["code"] == 401 and "Access denied for user" in wrong.json()["data"]
     assert db not in wrong.text
+
+
+def test_a_one_table_user_decides_its_own_transactions_by_the_database_form(doris: DorisClient, world: World) -> None:
+    """Doris's FE checks the password at `/api/{db}/_stream_load_2pc` and LOAD on the transaction's tables later:
+    the form the Flink and Spark connectors commit with works for a user granted one table, for its table only."""
+    db, u1 = world.db, world.as_user()
+    mine = precommit(u1, db, "t1", "mine_by_db_form", "1,u1\n")
+    theirs = precommit(doris, db, "t2", "theirs_by_db_form", "2,root\n")
+    assert two_phase(u1, f"/api/{db}/_stream_load_2pc", "commit", txn_id=str(mine)) == {
+        "status": "Success",
+        "msg": f"transaction [{mine}] commit successfully.",
+    }
+    assert two_phase(u1, f"/api/{db}/_stream_load_2pc", "abort", txn_id=str(theirs)) == not_found(
+        f"transaction [{theirs}] not found"
+    )
+    assert doris.rows(db, "SELECT k, v FROM t1") == [[1, "u1"]]
+    assert load_state(doris, db, "theirs_by_db_form") == "PRECOMMITTED"
