@@ -145,10 +145,13 @@ class LoadMetrics:
         )
         self.compactions = Counter("doris_compaction_runs", "Compaction runs that committed", registry=self.registry)
         self.rowsets: Callable[[], dict[tuple[str, str], int]] | None = None
-        for status in ("Success", "Publish Timeout", "Label Already Exists", "Fail"):
-            self.loads.labels(status=status)
-        for kind in ("loaded", "filtered", "unselected"):
-            self.rows.labels(kind=kind)
+        # each label's child looked up once: `labels()` costs a lock and a tuple key per call, four calls a load
+        self._by_status = {
+            s: self.loads.labels(status=s) for s in ("Success", "Publish Timeout", "Label Already Exists", "Fail")
+        }
+        self._loaded, self._filtered, self._unselected = (
+            self.rows.labels(kind=kind) for kind in ("loaded", "filtered", "unselected")
+        )
 
     def watch_rowsets(self, rowsets: Callable[[], dict[tuple[str, str], int]]) -> None:
         """Rowset counts per `(db, table)`, read on each scrape (not a registry collector: what a scrape shows
@@ -163,12 +166,13 @@ class LoadMetrics:
 
     def observe_load(self, db: str, table: str, result: LoadResult, seconds: float) -> None:
         """Count one finished stream load and log it as one JSON line with its label and txn id."""
-        self.loads.labels(status=result.status).inc()
+        counter = self._by_status.get(result.status)
+        (counter if counter is not None else self.loads.labels(status=result.status)).inc()
         self.latency.observe(seconds)
         if result.status == "Success":
-            self.rows.labels(kind="loaded").inc(result.number_loaded_rows)
-            self.rows.labels(kind="filtered").inc(result.number_filtered_rows)
-            self.rows.labels(kind="unselected").inc(result.number_unselected_rows)
+            self._loaded.inc(result.number_loaded_rows)
+            self._filtered.inc(result.number_filtered_rows)
+            self._unselected.inc(result.number_unselected_rows)
             self.bytes.inc(result.load_bytes)
         record = {
             "event": "stream_load",

@@ -20,6 +20,7 @@ from app.responses import DorisLoadResponse, unexpected_error
 from loaders.headers import decode_headers, parse_load_request
 from loaders.staging import BodyLimits, body_length
 from loads.lifecycle import StreamLoads, refused
+from loads.steps import StepThreads
 from tables.accounts import Priv
 from tables.errors import NotAuthorized, ServiceUnavailable
 from tables.load_spec import LoadResult, render_load
@@ -36,7 +37,8 @@ def stream_loads(settings: Settings, loads: LoadService, group_commit: GroupComm
     """The lifecycle owner of this server's stream loads, with the body bounds of its settings (same names); built
     once with the services (`Services.stream_loads`): the staging dir resolves paths on the disk."""
     limits = BodyLimits(**{bound.name: getattr(settings, bound.name) for bound in fields(BodyLimits)})
-    return StreamLoads(loads, group_commit, settings.staging_dir, limits)
+    steps = StepThreads("stream-load-step", batch_scope=loads.catalog.shared_reads)
+    return StreamLoads(loads, group_commit, settings.staging_dir, limits, steps)
 
 
 async def execute_stream_load(db: str, table: str, request: Request, services: Services) -> LoadResult:

@@ -440,6 +440,9 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
 OPTIONS: dict[str, LoadOption] = {option.name.lower(): option for option in LOAD_OPTIONS}
 # the keys a value is looked up under, by option name as the table spells it: its name, then its aliases
 _KEYS = {o.name: tuple(n.lower() for n in (o.name, *o.aliases)) for o in LOAD_OPTIONS}
+# every header a load's options are read from (`OptionValues`: names, aliases, and `Content-Encoding`, which
+# `compress_type` gives way to); a test checks that building a request looks up no other
+OPTION_HEADERS = frozenset(key for keys in _KEYS.values() for key in keys) | {"content-encoding"}
 
 
 def option(name: str) -> LoadOption:

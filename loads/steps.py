@@ -9,6 +9,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
@@ -67,8 +68,17 @@ class StepThreads:
     Only short steps belong here: a step that waits for a Spark job would hold up every load behind it.
     """
 
-    def __init__(self, name: str, threads: int = STEP_THREADS) -> None:
+    def __init__(
+        self,
+        name: str,
+        threads: int = STEP_THREADS,
+        *,
+        batch_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
+    ) -> None:
+        """`batch_scope`: the block each batch's steps run in (the catalog's `shared_reads`: a batch of loads
+        reads each table's catalog row once)."""
         self._name = name
+        self._batch_scope = batch_scope
         self._max = threads
         self._queue: deque[_Step[Any]] = deque()
         self._ready = threading.Condition()
@@ -123,11 +133,12 @@ class StepThreads:
                         self._alive -= 1
                         return
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-            for step in batch:
-                try:
-                    step.value = step.fn()
-                except BaseException as exc:  # handed to the awaiting task, which raises it
-                    step.error = exc
+            with self._batch_scope():
+                for step in batch:
+                    try:
+                        step.value = step.fn()
+                    except BaseException as exc:  # handed to the awaiting task, which raises it
+                        step.error = exc
             self._make_durable([step for step in batch if _deferred(step.value.__class__)])
             self._hand_back(batch)
 

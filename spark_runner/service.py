@@ -442,10 +442,10 @@ class LoadService:
 
     def cleanup_staged(self, path: Path) -> None:
         """Remove a staged body (a file or a directory) and what its reading left beside it."""
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+        try:  # one syscall for the usual case, a file or nothing (a small body kept in memory)
             path.unlink(missing_ok=True)
+        except (IsADirectoryError, PermissionError):  # a directory (EISDIR on Linux, EPERM elsewhere)
+            shutil.rmtree(path, ignore_errors=True)
         arrow_csv.drop_prestaged(path)  # a split started while the body came in and no job took
         staging_path(path).unlink(missing_ok=True)  # the fields pyarrow split, if the load made them
 

@@ -16,6 +16,8 @@ import logging
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -128,6 +130,7 @@ class _SqlCatalog(SqlCatalog):
         self._location_conn: sqlite3.Connection | None = None
         self._location_sql = Sql(self._location_query, self.engine.dialect)
         self._location_lock = threading.Lock()
+        self._shared = threading.local()  # `shared_reads`: the rows read in this thread's block
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # kept in the file: every connection uses it
@@ -168,8 +171,37 @@ class _SqlCatalog(SqlCatalog):
             catalog=self,
         )
 
+    @contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """A block in which this thread reads each table's catalog row once (`_location`), as one read would:
+        for a batch of concurrent loads (`loads.steps`) that all arrived before the block began, a row read in
+        it is as current as each of them needs (every change that ended before a load arrived is in it). A
+        change this thread makes in the block forgets what it read. Nested blocks are the outer one."""
+        if getattr(self._shared, "rows", None) is not None:
+            yield
+            return
+        self._shared.rows = {}
+        try:
+            yield
+        finally:
+            self._shared.rows = None
+
+    def _forget_shared(self) -> None:
+        rows = getattr(self._shared, "rows", None)
+        if rows:
+            rows.clear()
+
     def _location(self, namespace: str, table_name: str) -> str | None:
         """The table's current metadata location from the catalog row, or None when there is no such table."""
+        shared: dict[tuple[str, str], str | None] | None = getattr(self._shared, "rows", None)
+        if shared is None:
+            return self._read_location(namespace, table_name)
+        key = (namespace, table_name)
+        if key not in shared:
+            shared[key] = self._read_location(namespace, table_name)
+        return shared[key]
+
+    def _read_location(self, namespace: str, table_name: str) -> str | None:
         params = {"ns": namespace, "name": table_name}
         if self._location_conn is None:
             with self.engine.connect() as conn:
@@ -190,11 +222,33 @@ class _SqlCatalog(SqlCatalog):
                 self._location_conn.close()
         super().close()
 
+    # a change forgets the rows `shared_reads` kept, once done (pyiceberg's own reads in it keep them again)
+    def create_table(self, *args: Any, **kwargs: Any) -> Table:
+        try:
+            return super().create_table(*args, **kwargs)
+        finally:
+            self._forget_shared()
+
+    def drop_table(self, identifier: str | tuple[str, ...]) -> None:
+        try:
+            super().drop_table(identifier)
+        finally:
+            self._forget_shared()
+
+    def rename_table(self, from_identifier: str | tuple[str, ...], to_identifier: str | tuple[str, ...]) -> Table:
+        try:
+            return super().rename_table(from_identifier, to_identifier)
+        finally:
+            self._forget_shared()
+
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
         """pyiceberg's commit; the metadata it wrote is kept parsed (the next load of the table reads it)."""
-        response = super().commit_table(table, requirements, updates)
+        try:
+            response = super().commit_table(table, requirements, updates)
+        finally:
+            self._forget_shared()
         self._keep(response.metadata_location, response.metadata, table.io)
         return response
 
@@ -370,6 +424,10 @@ class Catalog:
     def close(self) -> None:
         """Close the catalog database's connections (a catalog of the server's own lifetime needs not)."""
         self._iceberg.close()
+
+    def shared_reads(self) -> AbstractContextManager[None]:
+        """A block in which this thread reads each table's catalog row once (`_SqlCatalog.shared_reads`)."""
+        return self._iceberg.shared_reads()
 
     # -- databases -----------------------------------------------------------------------
     def create_database(self, db: str, *, if_not_exists: bool = False) -> None:

@@ -92,3 +92,40 @@ def test_a_request_head_past_64_kib_is_refused_and_its_connection_closed(base_ur
     endless = _raw(base_url, b"GET /api/health HTTP/1.1\r\nX-Filler: " + b"a" * (16 << 20))
     assert endless.startswith(b"HTTP/1.1 400 "), endless[:200]
     assert httpx.get(f"{base_url}/api/health", timeout=30).status_code == 200
+
+
+def test_a_stream_load_logs_its_own_line_and_no_access_line(base_url: str, doris: Any, db: str) -> None:
+    """A stream load is logged once, by `app.load` (label, txn id, status, rows, bytes, time); uvicorn's access
+    line, which would say less, is left out for it and kept for every other request."""
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(f"{record.name} {record.getMessage()}")
+
+    doris.sql(db, "CREATE TABLE t (k INT, v INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+    keep = Keep()
+    loggers = [logging.getLogger(name) for name in ("uvicorn.access", "app.load")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(keep)
+        logger.setLevel(logging.INFO)
+    try:
+        assert httpx.get(f"{base_url}/api/health").status_code == 200
+        reply = httpx.put(
+            f"{base_url}/api/{db}/t/_stream_load",
+            content=b"1,2\n",
+            headers={"label": "logged_once", "column_separator": ","},
+            auth=AUTH,
+            timeout=300,
+        ).json()
+        assert reply["Status"] == "Success", reply
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(keep)
+            logger.setLevel(level)
+    assert any(line.startswith("uvicorn.access") and "/api/health" in line for line in lines), lines
+    assert not any(line.startswith("uvicorn.access") and "_stream_load" in line for line in lines), lines
+    assert [line for line in lines if line.startswith("app.load") and '"logged_once"' in line], lines

@@ -193,3 +193,36 @@ def test_the_label_claims_of_a_step_batch_share_one_database_write(tmp_path: Pat
     assert len({o for o in outcomes[:10] if isinstance(o, int)}) == 10
     assert isinstance(outcomes[10], LabelAlreadyExists)
     assert [txns.label_state("db", f"l{i}") for i in range(10)] == [PREPARE] * 10
+
+
+def test_the_steps_of_a_batch_read_the_catalog_once(tmp_path: Path) -> None:
+    """A step thread's batch runs in its `batch_scope` (the catalog's `shared_reads`): ten loads of a table planned
+    in one batch see one read of its catalog row, even when another server commits between two of them."""
+    from sql.ddl import parse_create_table
+    from tables.catalog import Catalog
+
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    mine, theirs = (Catalog(uri=uri, warehouse=tmp_path / "warehouse") for _ in range(2))
+    mine.create_database("d")
+    mine.create_table(
+        parse_create_table("CREATE TABLE t (k INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k)", "d").definition
+    )
+    steps = StepThreads("test-step", threads=1, batch_scope=mine.shared_reads)
+
+    def plan(i: int) -> str:
+        if i == 5:  # another server commits while the batch runs
+            theirs.load("d", "t").iceberg.transaction().set_properties({"k": "v"}).commit_transaction()
+        return mine.load("d", "t").iceberg.metadata_location
+
+    async def batches() -> tuple[list[str], str]:
+        go_on = threading.Event()
+        held = await _held(steps, go_on)
+        tasks = [asyncio.ensure_future(steps.run(lambda i=i: plan(i))) for i in range(10)]
+        await asyncio.sleep(0.05)
+        go_on.set()
+        await held
+        one = await asyncio.gather(*tasks)
+        return one, await steps.run(lambda: plan(10))  # the next batch: a read of its own
+
+    one, next_batch = asyncio.run(batches())
+    assert len(set(one)) == 1 and next_batch != one[0]

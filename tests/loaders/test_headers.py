@@ -400,3 +400,69 @@ def test_condition_header_is_parsed(headers: dict[str, str], field: str, spark_s
 def test_negative_header() -> None:
     assert parse_load_request("db", "t", Headers(headers={"negative": "false"})).negative is False
     assert parse_load_request("db", "t", Headers(headers={"negative": "true"})).negative is True
+
+
+# --- requests kept by shape -------------------------------------------------------------------------------------
+
+SHAPES = [
+    {"column_separator": ","},
+    {"format": "json", "jsonpaths": '["$.a", "$.b"]', "strip_outer_array": "true"},
+    {"columns": "k1, tmp, v1 = tmp * 2", "where": "k1 > 0", "merge_type": "MERGE", "delete": "v1 = 0"},
+    {"compress_type": "gz", "max_filter_ratio": "0.5", "strict_mode": "true", "timezone": "Asia/Tokyo"},
+    {"Content-Encoding": "gzip", "group_commit": "async_mode"},
+    {"partial_columns": "true", "columns": "k1, v1", "function_column.sequence_col": "v1"},
+]
+
+
+class Recording(dict[str, str]):
+    """Headers that note every name looked up."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__({name.lower(): value for name, value in headers.items()})
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
+
+
+@pytest.mark.parametrize("headers", SHAPES)
+def test_a_request_of_a_shape_seen_before_is_the_one_built_afresh(headers: dict[str, str]) -> None:
+    """The second load of a shape gets the request the first one built, with its own label (or a new one)."""
+    from loaders.headers import build_request
+    from loaders.options import OptionValues
+
+    for label in ("first", "second", None):
+        sent = {**headers, **({"label": label} if label else {})}
+        if "group_commit" in headers and label:  # Doris refuses a label of the client's own there
+            assert_refused(sent, BadHeader, "label and group_commit can't be set at the same time")
+            continue
+        request = parse(sent)
+        fresh = build_request("db1", "t1", OptionValues(Headers(headers=sent)))
+        assert request.model_dump(exclude={"label"}) == fresh.model_dump(exclude={"label"})
+        if label:
+            assert request.label == label
+        else:
+            assert LABEL_PATTERN.fullmatch(request.label) and request.label != fresh.label
+    assert_refused({**headers, "label": LONG_LABEL}, BadHeader, LABEL_RULE)  # a known shape: the label still checked
+
+
+@pytest.mark.parametrize("headers", SHAPES)
+def test_building_a_request_reads_no_header_but_the_option_headers(headers: dict[str, str]) -> None:
+    """Requests are kept by the values of `OPTION_HEADERS`: a header read beside them would be missed."""
+    from loaders.headers import build_request
+    from loaders.options import OPTION_HEADERS, OptionValues
+
+    label = {} if "group_commit" in headers else {"label": "l1"}
+    sent = Recording({**headers, **label, "format": headers.get("format", "csv")})
+    build_request("db1", "t1", OptionValues(sent))
+    assert sent.asked and sent.asked <= OPTION_HEADERS, sent.asked - OPTION_HEADERS
+
+
+def test_a_shape_seen_before_is_not_parsed_again() -> None:
+    """The second load's `columns` and `where` are the very objects the first load's parse made."""
+    headers = {"columns": "k1, tmp, v1 = tmp * 3", "where": "k1 > 7"}
+    first, second = parse({**headers, "label": "a"}), parse({**headers, "label": "b"})
+    assert (second.label, second.columns, second.where) == ("b", first.columns, first.where)
+    assert second.columns is first.columns and second.where is first.where
+    assert parse({**headers, "where": "k1 > 8"}).where is not first.where  # another shape
