@@ -81,7 +81,7 @@ from tables.errors import (
     TxnAborted,
 )
 from tables.load_spec import LoadCounts, LoadRequest, LoadResult, render_load
-from tables.transactions import ABORTED, PREPARE, Txn
+from tables.transactions import ABORTED, PREPARE, TransactionStore, Txn
 from tables.warehouse import delete_dir
 
 log = logging.getLogger(__name__)
@@ -369,6 +369,61 @@ class _Member:
         return self.data if self.data is not None else self.path
 
 
+class StateChecks:
+    """The states of async loads' transactions, read for the loads of a step batch in one statement: a load is
+    `queue`d as its WAL record is written, and `read` (by its `Acknowledging.flush`) reads the states of every
+    load queued so far, unless a read that holds it is under way (then it waits for that one). The claims of a
+    batch share one write the same way (`TransactionStore.claimed`)."""
+
+    def __init__(self, txns: TransactionStore) -> None:
+        self._txns = txns
+        self._ready = threading.Condition()
+        self._pending: list[int] = []
+        self._found: dict[int, Txn | BaseException | None] = {}
+        self._reading = False
+
+    def queue(self, txn_id: int) -> None:
+        with self._ready:
+            self._pending.append(txn_id)
+
+    def read(self, txn_id: int) -> Txn | None:
+        """The queued load's transaction as it is now (None: gone).
+
+        Raises:
+            StoreUnavailable, StoreFailed: the read failed (for every load it held).
+        """
+        with self._ready:
+            while txn_id not in self._found:
+                if self._reading:  # the read under way may hold it, else the next one will
+                    self._ready.wait()
+                    continue
+                self._reading = True
+                batch, self._pending = self._pending, []
+                self._ready.release()
+                try:
+                    found: dict[int, Txn | BaseException | None] = dict.fromkeys(batch)
+                    try:
+                        found.update(self._txns.get_many(batch))
+                    except Exception as exc:
+                        found = dict.fromkeys(batch, exc)
+                finally:
+                    self._ready.acquire()
+                    self._reading = False
+                    self._found.update(found)
+                    self._ready.notify_all()
+            outcome = self._found.pop(txn_id)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def forget(self, txn_id: int) -> None:
+        """A queued load that will not be `read` (its WAL sync failed)."""
+        with self._ready:
+            if txn_id in self._pending:
+                self._pending.remove(txn_id)
+            self._found.pop(txn_id, None)
+
+
 @dataclass
 class Acknowledging:
     """An async load whose WAL record is written, not yet synced (`GroupCommitter.run` with `defer_sync`).
@@ -382,16 +437,24 @@ class Acknowledging:
     member: _Member
     mine: int  # its record's `WalLog.sync`
     reply: LoadResult
+    txn: Txn | None = None  # its transaction once synced: aborted while its body came in (its table dropped)?
 
     def flush(self) -> None:
         self.committer.log.sync(self.mine)
+        self.txn = self.committer.checks.read(self.member.prepared.txn_id)
 
     def finish(self) -> LoadResult:
+        if self.txn is not None and self.txn.state != PREPARE:  # not owed: its record goes
+            txn_id = self.member.prepared.txn_id
+            self.committer._unwritten(txn_id, self.member.path)
+            self.committer.backlog.release(txn_id)
+            return self.committer._result(self.member, error=LoadError(TxnAborted(txn_id, self.txn.reason).message))
         self.committer._submit(self.member)
         return self.reply
 
     def fail(self, error: BaseException) -> None:
         txn_id = self.member.prepared.txn_id
+        self.committer.checks.forget(txn_id)
         self.committer._unwritten(txn_id, self.member.path)
         self.committer.backlog.release(txn_id)
 
@@ -528,6 +591,7 @@ class GroupCommitter:
         max_bytes = wal_disk_limit(wal_max_disk_limit, shutil.disk_usage(self.wal_dir).free)
         self.backlog = WalBacklog(max_loads_per_table=wal_max_loads_per_table, max_bytes=max_bytes)
         self.log = WalLog(self.wal_dir)
+        self.checks = StateChecks(loads.txns)
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
         self._workers: dict[tuple[str, str, str], _Worker] = {}
@@ -561,8 +625,11 @@ class GroupCommitter:
         `defer_sync`: an async load whose WAL record is written but not yet synced is returned as
         `Acknowledging`; its caller syncs it (with the records of other loads) before it finishes it."""
         if mode == "async_mode":
-            txn = self.loads.txns.get(prepared.txn_id)
-            if txn is not None and txn.state != PREPARE:  # aborted while its body came in (its table dropped)
+            # aborted while its body came in (its table dropped)? A load acknowledged by its step thread is asked
+            # once its record is synced, with the other loads of its batch (`StateChecks`); any other, now
+            deferred = defer_sync and load_bytes <= WalLog.MAX_PAYLOAD
+            txn = None if deferred else self.loads.txns.get(prepared.txn_id)
+            if txn is not None and txn.state != PREPARE:
                 error = LoadError(TxnAborted(txn.txn_id, txn.reason).message)
                 return self._result(_Member(prepared, path, load_bytes, receive_ms), error=error)
             if self.backlog.admit(_table_key(prepared), prepared.txn_id, load_bytes):
@@ -579,6 +646,7 @@ class GroupCommitter:
                 rows = _count_rows(payload, prepared.request)
                 reply = self._reply(prepared, mode, LoadCounts(total=rows, loaded=rows), load_bytes, receive_ms)
                 if unsynced:
+                    self.checks.queue(prepared.txn_id)
                     return Acknowledging(self, member, unsynced, reply)
                 self._submit(member)
                 return reply
@@ -674,9 +742,12 @@ class GroupCommitter:
             os.replace(tmp, tmp.with_suffix(""))
         return True
 
-    def _drop_wal(self, txn_id: int) -> None:
-        for suffix in (".dat", ".json"):
-            (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
+    def _drop_wal(self, txn_id: int, *, files: bool = True) -> None:
+        """The load is no longer owed: its record of the log and its files in wal/ go (`files`: False for a load
+        that never had any, an async load's small payload kept in memory, whose record is all there is)."""
+        if files:
+            for suffix in (".dat", ".json"):
+                (self.wal_dir / f"txn_{txn_id}{suffix}").unlink(missing_ok=True)
         self.log.release(txn_id)
         self.backlog.release(txn_id)
 
@@ -906,8 +977,11 @@ class GroupCommitter:
             result = failed.get(i) or self._result(
                 member, counts=per_load[i], commit_ms=commit_ms, error_url=error_urls.get(i)
             )
-            self._drop_wal(member.prepared.txn_id)
-            member.path.unlink(missing_ok=True)
+            if member.data is None or member.load_bytes > WalLog.MAX_PAYLOAD:  # files were made for it
+                self._drop_wal(member.prepared.txn_id)
+                member.path.unlink(missing_ok=True)
+            else:  # a small payload kept in memory: a record of the log at most (three unlinks a load saved)
+                self._drop_wal(member.prepared.txn_id, files=False)
             member.future.set_result(result)
 
     def _count_group(self, loads: int, context: SparkContext | None, job_group: str) -> None:

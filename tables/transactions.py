@@ -296,6 +296,19 @@ class TransactionStore:
             row = tx.run(self._by_id, p_id=txn_id).first()
         return Txn(*row) if row else None
 
+    def get_many(self, txn_ids: Sequence[int]) -> dict[int, Txn]:
+        """`get` of many transactions in one statement (the ones that exist)."""
+        if not txn_ids:
+            return {}
+        ids = [f"p_id{n}" for n in range(len(txn_ids))]
+        sql = self.store.sql(
+            ("txns get_many", len(ids)),
+            lambda: sa.select(TXNS).where(TXNS.c.txn_id.in_([sa.bindparam(name) for name in ids])),
+        )
+        with self.store.read() as tx:
+            rows = tx.run(sql, **dict(zip(ids, txn_ids, strict=True))).rows
+        return {txn.txn_id: txn for txn in (Txn(*row) for row in rows)}
+
     def label_state(self, db: str, label: str) -> str:
         """The state of the newest transaction with this label, or UNKNOWN (also once expired)."""
         with self.store.read() as tx:

@@ -148,3 +148,43 @@ def test_an_idle_group_worker_ends_and_a_later_load_starts_another(
         while workers() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert workers() == []
+
+
+def test_an_async_load_whose_table_is_dropped_while_its_body_comes_in_fails_and_is_not_owed(
+    doris: DorisClient, db: str, served_app: Any
+) -> None:
+    """Its label is claimed when its head is in; the table is dropped before the rest of its body comes: the load
+    is not acknowledged (its transaction's state is read with its step batch's, after its WAL record is synced)
+    and its record is not owed (the WAL holds nothing of it)."""
+    import base64
+    import socket
+    from urllib.parse import urlsplit
+
+    doris.sql(db, DDL.format(name="gone", mode="async_mode"))
+    body = b"1,a\n2,b\n"
+    url = urlsplit(doris.base_url)
+    auth = base64.b64encode(f"{AUTH[0]}:{AUTH[1]}".encode()).decode()
+    head = (
+        f"PUT /api/{db}/gone/_stream_load HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Basic {auth}\r\n"
+        f"label: gone_1\r\ncolumn_separator: ,\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    backlog = served_app.state.services.group_commit.backlog
+    with socket.create_connection((url.hostname, url.port), timeout=120) as sock:
+        sock.sendall(head + body[:3])
+        deadline = time.monotonic() + 60
+        while doris.sql(db, "SHOW TRANSACTION WHERE LABEL = 'gone_1'").get("data") in (None, []):
+            assert time.monotonic() < deadline, "the load never claimed its label"
+            time.sleep(0.05)
+        doris.sql(db, "DROP TABLE gone")
+        sock.sendall(body[3:])
+        reply = b""
+        while not reply.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    import json
+
+    answer = json.loads(reply.split(b"\r\n\r\n", 1)[1])
+    assert answer["Status"] == "Fail" and "is already aborted" in answer["Message"], answer
+    assert backlog.size() == (0, 0)

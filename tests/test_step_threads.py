@@ -8,13 +8,14 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loads.steps import STEP_THREADS, StepThreads
 from spark_runner.group_commit import WalLog
 from tables.errors import LabelAlreadyExists
-from tables.transactions import PREPARE, TransactionStore
+from tables.transactions import ABORTED, PREPARE, TransactionStore
 
 
 def test_concurrent_steps_return_their_own_values_on_a_few_threads_off_the_loop() -> None:
@@ -226,3 +227,28 @@ def test_the_steps_of_a_batch_read_the_catalog_once(tmp_path: Path) -> None:
 
     one, next_batch = asyncio.run(batches())
     assert len(set(one)) == 1 and next_batch != one[0]
+
+
+def test_the_transaction_states_of_a_batch_of_async_loads_are_read_at_once(tmp_path: Path) -> None:
+    """`StateChecks`: ten loads queued, then read one by one (their WAL syncs): one statement reads all ten, each
+    load gets its own transaction (an aborted one as aborted), and a load that is forgotten is not read."""
+    from spark_runner.group_commit import StateChecks
+
+    class Counted(TransactionStore):
+        reads = 0
+
+        def get_many(self, txn_ids: Any) -> Any:
+            Counted.reads += 1
+            return super().get_many(txn_ids)
+
+    txns = Counted(tmp_path / "txns.db")
+    ids = [txns.begin("db", "t", f"l{i}") for i in range(11)]
+    txns.set_state(ids[3], ABORTED)
+    checks = StateChecks(txns)
+    for txn_id in ids:
+        checks.queue(txn_id)
+    checks.forget(ids[10])
+    states = [checks.read(txn_id) for txn_id in ids[:10]]
+    assert Counted.reads == 1
+    assert [t.txn_id for t in states if t is not None] == ids[:10]
+    assert [t.state for t in states if t is not None] == [PREPARE] * 3 + [ABORTED] + [PREPARE] * 6
