@@ -3,20 +3,28 @@ GRANT / REVOKE (privileges or roles), SHOW GRANTS, SHOW ALL GRANTS, SHOW ROLES.
 
 Parsing is pure (a statement becomes a frozen dataclass); `run_account_statement` applies one to the store after
 checking the caller may: managing users, roles and grants needs GRANT_PRIV (or ADMIN_PRIV) on `*.*`, as in Doris;
-a user may change its own password and see its own grants.
+a user may change its own password and see its own grants. GRANT_PRIV does not reach ADMIN_PRIV or NODE_PRIV:
+handing one out (directly or by a role holding it) or acting on a user or role that holds one needs the caller to
+hold it too, and root's password is root's own (`_check_reach`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import reduce
 
 from sqlglot import TokenType
 
 from sql.results import ExecStatus, ResultSet, StatementResult
 from sql.tokens import Cursor
 from tables.accounts import (
+    ADMIN,
     ANY_HOST,
+    BUILTIN_ROLES,
+    OPERATOR_ROLE,
+    ROOT,
+    SUPER,
     AccountStore,
     Grant,
     Identity,
@@ -294,6 +302,7 @@ def run_account_statement(statement: AccountStatement, store: AccountStore, call
     own = isinstance(statement, SetPassword | ShowGrants) and statement.identity in (None, caller.identity)
     if not own or (isinstance(statement, ShowGrants) and statement.all_users):
         _require_grant_priv(caller)
+        _check_reach(statement, store, caller)
     match statement:
         case CreateUser(identity, password_hash, if_not_exists, role):
             store.create_user(identity, password_hash, if_not_exists=if_not_exists)
@@ -325,6 +334,66 @@ def run_account_statement(statement: AccountStatement, store: AccountStore, call
 def _require_grant_priv(caller: Privileges) -> None:
     if not caller.allows(Priv.GRANT):
         raise specific_denied("GRANT/ROLE")
+
+
+def _check_reach(statement: AccountStatement, store: AccountStore, caller: Privileges) -> None:
+    """GRANT_PRIV manages users, roles and grants, not ADMIN_PRIV or NODE_PRIV: a statement that would hand one of
+    them out (by a grant, or a role holding it), or act on a user or role holding one (take it over by its
+    password, drop it), needs the caller to hold it too; root's password is root's own. Checked before anything
+    changes.
+
+    Raises:
+        DorisError / AccessDenied: the caller does not reach that far.
+    """
+    match statement:
+        case CreateUser(_, _, _, role) if role is not None:
+            _require_role_within(store, caller, role, "grant")
+        case DropUser(identity, _) if identity not in (Identity(ROOT), Identity(ADMIN)):  # the store refuses those
+            _require_target_within(caller, _global_privs(store.privileges(identity).grants))
+        case SetPassword(identity, _) if identity is not None:
+            if identity == Identity(ROOT) and caller.identity.user != ROOT:
+                raise DorisError("Can not set password for root user, except root itself")
+            _require_target_within(caller, _global_privs(store.privileges(identity).grants))
+        case RoleDdl(False, role, _) if role not in BUILTIN_ROLES:  # the store refuses the built-in ones
+            _require_target_within(caller, _global_privs(store.own_grants(role=role)))
+        case GrantPrivs(_, privs, _, _, _):
+            _require_granted_within(caller, privs)
+        case GrantRoles(grant, roles, _):
+            for role in roles:
+                _require_role_within(store, caller, role, "grant" if grant else "revoke")
+
+
+def _require_role_within(store: AccountStore, caller: Privileges, role: str, verb: str) -> None:
+    """The role exists, is not root's, and holds no ADMIN_PRIV / NODE_PRIV the caller lacks."""
+    if role == OPERATOR_ROLE:
+        raise DorisError(f"Can not {verb} role: {role}")
+    if role not in store.roles():
+        raise DorisError(f"role: {role} does not exist")
+    _require_granted_within(caller, _global_privs(store.own_grants(role=role)))
+
+
+def _global_privs(grants: Iterable[Grant]) -> Priv:
+    return reduce(lambda held, g: held | g.privs if g.scope.is_global else held, grants, Priv(0))
+
+
+def _require_granted_within(caller: Privileges, privs: Priv) -> None:
+    """Raises: unless the caller holds the ADMIN_PRIV / NODE_PRIV among `privs` it grants or revokes (Doris's rule
+    for NODE_PRIV, and for ADMIN_PRIV; NODE_PRIV also covers ADMIN_PRIV)."""
+    held = caller.on(None)
+    if Priv.NODE in privs and Priv.NODE not in held:
+        raise DorisError("Only user with NODE_PRIV can grant/revoke NODE_PRIV to other user")
+    if Priv.ADMIN in privs and not held & SUPER:
+        raise specific_denied("ADMIN")
+
+
+def _require_target_within(caller: Privileges, privs: Priv) -> None:
+    """Raises: AccessDenied (1227) unless the caller holds the ADMIN_PRIV / NODE_PRIV the user or role it acts on
+    holds."""
+    held = caller.on(None)
+    if Priv.NODE in privs and Priv.NODE not in held:
+        raise specific_denied("NODE")
+    if Priv.ADMIN in privs and not held & SUPER:
+        raise specific_denied("ADMIN")
 
 
 def _grants_row(store: AccountStore, identity: Identity) -> list[str | None]:

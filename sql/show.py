@@ -3,7 +3,7 @@ the catalog (and of the broker load jobs), in Doris's columns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import TokenType
 
@@ -19,6 +19,7 @@ from sql.results import ResultSet
 from sql.session import Session
 from sql.show_create import show_create_table
 from sql.tokens import Cursor, Target
+from tables.accounts import Priv
 from tables.errors import SqlError
 from tables.model import DELETE_SIGN, SEQUENCE_COL, VERSION_COL, KeysType
 
@@ -132,11 +133,14 @@ def show_create(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
 
 
 def show_delete(ctx: SqlContext, target: Target, session: Session) -> ResultSet:
-    """The stored delete predicates of the database's tables the user may see (DELETE on duplicate and
-    aggregate tables)."""
+    """The stored delete predicates (DELETE on duplicate and aggregate tables) of the database's tables the user
+    holds LOAD_PRIV on, as Doris's `getDeleteInfosByDb` filters them: a predicate holds the values deleted, which
+    a user who may only see the table (ALTER_PRIV, say) must not read."""
     require_visible_db(session.privileges, target.db)
     rows: list[list[object]] = []
     for name in visible_tables(ctx.catalog, session.privileges, target.db):
+        if not session.privileges.allows(Priv.LOAD, target.db, name):
+            continue
         table = ctx.catalog.load(target.db, name).definition
         for pred in table.delete_predicates:
             # Doris: the partition named, `*` for every partition of a partitioned table, else the table
@@ -178,8 +182,14 @@ def show_alter(ctx: SqlContext, stmt: ShowAlter, session: Session) -> ResultSet:
 def show_load(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:
     if ctx.broker_loads is None:
         raise SqlError(SHOW_NOT_SUPPORTED)
-    require_visible_db(session.privileges, show_load_db(cur, session.db))
-    return ctx.broker_loads.show_load(cur, session.db)
+    db = show_load_db(cur, session.db)
+    privileges = session.privileges
+    require_visible_db(privileges, db)
+    result = ctx.broker_loads.show_load(cur, session.db)
+    # only the jobs of tables the user may load, as Doris's `getLoadJobInfosByDb` lists them: a job's row carries
+    # its error-log URL (rejected rows: table data) and its figures
+    mine = {job.job_id for job in ctx.broker_loads.store.in_database(db) if privileges.allows(Priv.LOAD, db, job.table)}
+    return replace(result, rows=[row for row in result.rows if row[0] in mine])
 
 
 def show_transaction(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:

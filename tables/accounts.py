@@ -16,7 +16,8 @@ Doris's account model, reduced to what a loading service needs:
 
 A check asks for one privilege on a database or a table; ADMIN_PRIV (and NODE_PRIV) satisfy every check, a
 grant on `db.*` covers every table of the database, a grant on `*.*` every database. A database is visible
-(SHOW DATABASES, `USE`) to a user with any privilege on it or on one of its tables, as in Doris.
+(SHOW DATABASES, `USE`) to a user with a privilege of Doris's SHOW predicate (any but GRANT_PRIV and USAGE_PRIV)
+on it or on one of its tables, as in Doris.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ ALL_PRIVS = reduce(lambda a, b: a | b, Priv)
 DATA_PRIVS = Priv.SELECT | Priv.LOAD | Priv.ALTER | Priv.CREATE | Priv.DROP  # what `ALL` grants on a db or table
 GLOBAL_ONLY = Priv.ADMIN | Priv.NODE
 SUPER = Priv.ADMIN | Priv.NODE  # either satisfies every check
+# Doris's `PrivPredicate.SHOW`: the privileges that let a user see a database or table (NODE_PRIV and ADMIN_PRIV
+# satisfy every check here)
+SHOW = SUPER | Priv.SELECT | Priv.LOAD | Priv.ALTER | Priv.CREATE | Priv.DROP
 BUILTIN_ROLES = {OPERATOR_ROLE: ALL_PRIVS, ADMIN_ROLE: ALL_PRIVS & ~Priv.NODE}
 
 _BY_NAME = {f"{p.name}_PRIV": p for p in Priv} | {str(p.name): p for p in Priv}
@@ -214,11 +218,12 @@ class Privileges:
         return bool(held & (wanted | SUPER))
 
     def sees_db(self, db: str) -> bool:
-        """Doris shows a database to a user with any privilege on it or on one of its tables."""
-        return self.is_super or any(g.privs and (g.scope.is_global or g.scope.db == db) for g in self.grants)
+        """Doris shows a database to a user with a privilege of its SHOW predicate on it or on one of its tables
+        (GRANT_PRIV and USAGE_PRIV show nothing)."""
+        return self.is_super or any(g.privs & SHOW and (g.scope.is_global or g.scope.db == db) for g in self.grants)
 
     def sees_table(self, db: str, table: str) -> bool:
-        return self.is_super or bool(self.on(db, table))
+        return self.is_super or bool(self.on(db, table) & SHOW)
 
     def holds_in(self, wanted: Priv, db: str) -> bool:
         """`wanted` on the database or on one of its tables (or everywhere)."""
@@ -410,6 +415,10 @@ class AccountStore:
     # users
 
     def create_user(self, identity: Identity, password_hash: str, *, if_not_exists: bool = False) -> None:
+        """Raises: DorisError for a name of the built-in users (at any host: a `'root'@'127.0.0.1'` would be the
+        identity root's logins from there take, with none of root's privileges), or an existing user."""
+        if identity.user in (ROOT, ADMIN):
+            raise DorisError(f"Can not create {identity.user} user")
         with self._tx() as tx:
             if self._user_row(tx, identity) is not None:
                 if if_not_exists:
@@ -418,7 +427,9 @@ class AccountStore:
             self._insert_user(tx, identity, password_hash)
 
     def drop_user(self, identity: Identity, *, if_exists: bool = False) -> None:
-        if identity.user in (ROOT, ADMIN):
+        # the built-in users; another host's `root` or `admin` (which older releases let GRANT_PRIV create, and
+        # which shadowed root's logins from that host) can be dropped
+        if identity in (Identity(ROOT), Identity(ADMIN)):
             raise DorisError(f"Can not drop user {identity.user}")
         with self._tx() as tx:
             if self._user_row(tx, identity) is None:
@@ -495,12 +506,18 @@ class AccountStore:
             return [name for (name,) in tx.run(self._roles).rows]
 
     def grant_role(self, role: str, identity: Identity) -> None:
+        """Raises: DorisError for `operator` (root's role, as Doris refuses it), an unknown role or user."""
+        if role == OPERATOR_ROLE:
+            raise DorisError(f"Can not grant role: {role}")
         with self._tx() as tx:
             self._require_role(tx, role)
             self._require_user(tx, identity)
             tx.run(self._member_add, p_name=identity.user, p_host=identity.host, p_role=role)
 
     def revoke_role(self, role: str, identity: Identity) -> None:
+        """Raises: DorisError for `operator`, an unknown role or user."""
+        if role == OPERATOR_ROLE:
+            raise DorisError(f"Can not revoke role: {role}")
         with self._tx() as tx:
             self._require_role(tx, role)
             self._require_user(tx, identity)
@@ -515,6 +532,8 @@ class AccountStore:
             DorisError: ADMIN_PRIV / NODE_PRIV below `*.*`, or an unknown user or role.
         """
         self._check_level(privs, scope)
+        if role in BUILTIN_ROLES:
+            raise DorisError(f"Can not grant to role: {role}")
         grantee, is_role = self._grantee(user, role)
         with self._tx() as tx:
             self._require_grantee(tx, user, role)
@@ -522,7 +541,10 @@ class AccountStore:
             self._put_grant(tx, grantee, is_role, scope, held | privs)
 
     def revoke(self, privs: Priv, scope: Scope, *, user: Identity | None = None, role: str | None = None) -> None:
+        """Raises: as `grant` (the built-in roles keep their privileges: root and admin hold theirs through them)."""
         self._check_level(privs, scope)
+        if role in BUILTIN_ROLES:
+            raise DorisError(f"Can not revoke from role: {role}")
         grantee, is_role = self._grantee(user, role)
         with self._tx() as tx:
             self._require_grantee(tx, user, role)
