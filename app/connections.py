@@ -134,5 +134,10 @@ def server_config(app: Any, settings: Settings, **kwargs: Any) -> uvicorn.Config
         log_level=kwargs.pop("log_level", settings.log_level),
         http=guarded_http(settings.http_header_timeout_seconds),
         limit_concurrency=settings.http_max_connections,
+        # the client address is the peer's unless a proxy the operator named says otherwise: uvicorn's default
+        # trusts `X-Forwarded-For` from 127.0.0.1, so any local client chose the address logins are throttled and
+        # host-restricted users (`'u'@'10.1.%'`) are matched by
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or None,
         **kwargs,
     )

@@ -203,6 +203,11 @@ class Settings(BaseSettings):
     http_header_timeout_seconds: float = Field(
         30.0, gt=0, description="A connection whose request head is not complete this long after it opened is closed."
     )
+    forwarded_allow_ips: str = Field(
+        "",
+        description="Proxies (comma-separated addresses or CIDRs, `*` for any) whose `X-Forwarded-For` and "
+        "`X-Forwarded-Proto` name the client; empty: none, the client is the connection's peer.",
+    )
     pause_at: str | None = Field(
         None,
         description="Test only: `point[:table][:once],...` (staging, job, before_commit, after_commit) blocks there.",

@@ -129,3 +129,21 @@ def test_a_stream_load_logs_its_own_line_and_no_access_line(base_url: str, doris
     assert any(line.startswith("uvicorn.access") and "/api/health" in line for line in lines), lines
     assert not any(line.startswith("uvicorn.access") and "_stream_load" in line for line in lines), lines
     assert [line for line in lines if line.startswith("app.load") and '"logged_once"' in line], lines
+
+
+def test_a_client_cannot_name_its_own_address_with_x_forwarded_for(base_url: str, doris: Any, db: str) -> None:
+    """The client address is the connection's peer: uvicorn's default trusted `X-Forwarded-For` from loopback, so a
+    local client could log in as a user allowed only from `10.1.%` (and pick the address its failed logins count
+    against). A proxy is trusted only when named in `SL_FORWARDED_ALLOW_IPS`."""
+    user = f"subnet_{db[-6:]}"
+    doris.sql(db, f"CREATE USER '{user}'@'10.1.%' IDENTIFIED BY 'pw'")
+    doris.sql(db, f"GRANT SELECT_PRIV ON {db}.* TO '{user}'@'10.1.%'")
+    reply = httpx.post(
+        f"{base_url}/api/query/default_cluster/{db}",
+        json={"stmt": "SELECT 1"},
+        auth=(user, "pw"),
+        headers={"X-Forwarded-For": "10.1.2.3"},
+        timeout=60,
+    )
+    assert reply.status_code == 401 or reply.json().get("code") != 0, reply.text
+    assert "Access denied" in reply.text, reply.text
