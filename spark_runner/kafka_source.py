@@ -11,19 +11,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tables.errors import KafkaConfigError, KafkaPropertyError, KafkaSourceError
 from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadSpec, kafka_client_config
 
+READ_CHUNK = 100  # messages taken from the client per call: what the server holds at once, besides its queue
+
 
 @dataclass
 class Batch:
-    """Messages of one batch: their values, bytes and the next offset of each partition they came from."""
+    """One batch, staged as it is read: how many messages, their bytes, the bytes of the staged body and the next
+    offset of each partition they came from. The messages themselves are never held together in memory (a batch
+    may be `max_batch_size`, up to 10 GB)."""
 
-    values: list[bytes] = field(default_factory=list)
+    rows: int = 0
     size: int = 0
+    staged: int = 0
     next_offsets: dict[int, int] = field(default_factory=dict)
 
 
@@ -92,31 +98,36 @@ class KafkaBatches:
             raise KafkaSourceError(f"failed to get offsets of partition {partition}: {exc}") from None
         return int(low), int(high)
 
-    def read(self, stop: threading.Event) -> Batch:
-        """Messages until `max_batch_rows`, `max_batch_size` or `max_batch_interval`, whichever comes first.
+    def read(self, stop: threading.Event, path: Path, *, fmt: str, strip_outer_array: bool) -> Batch:
+        """Messages until `max_batch_rows`, `max_batch_size` or `max_batch_interval`, whichever comes first, each
+        written to the stream-load body at `path` as it arrives (`stage_message`).
 
         Raises:
             KafkaSourceError: the brokers report an error other than the end of a partition.
         """
         batch = Batch()
         deadline = time.monotonic() + self.spec.max_batch_interval_s
-        while len(batch.values) < self.spec.max_batch_rows and batch.size < self.spec.max_batch_size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or stop.is_set():
-                break
-            wanted = min(self.spec.max_batch_rows - len(batch.values), 10000)
-            for msg in self.consumer.consume(num_messages=wanted, timeout=min(remaining, 0.2)):
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaSourceError(f"consume failed: {error.str()}")
-                value = msg.value() or b""
-                batch.values.append(value)
-                batch.size += len(value)
-                partition, offset = msg.partition(), msg.offset()
-                assert partition is not None and offset is not None  # set on every fetched message
-                batch.next_offsets[partition] = offset + 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as out:
+            while batch.rows < self.spec.max_batch_rows and batch.size < self.spec.max_batch_size:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or stop.is_set():
+                    break
+                wanted = min(self.spec.max_batch_rows - batch.rows, READ_CHUNK)
+                for msg in self.consumer.consume(num_messages=wanted, timeout=min(remaining, 0.2)):
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        raise KafkaSourceError(f"consume failed: {error.str()}")
+                    value = msg.value() or b""
+                    stage_message(out, value, fmt=fmt, strip_outer_array=strip_outer_array)
+                    batch.rows += 1
+                    batch.size += len(value)
+                    partition, offset = msg.partition(), msg.offset()
+                    assert partition is not None and offset is not None  # set on every fetched message
+                    batch.next_offsets[partition] = offset + 1
+            batch.staged = out.tell()
         return batch
 
     def rewind(self, progress: dict[int, int]) -> None:
@@ -128,22 +139,18 @@ class KafkaBatches:
         self.consumer.close()
 
 
-def stage_batch(batch: Batch, path: Path, *, fmt: str, strip_outer_array: bool) -> int:
-    """Write a batch as a stream-load body: one CSV line per message (Doris appends the line delimiter),
-    or one JSON object per line (an array message gives one line per element with `strip_outer_array`;
-    a message that is not JSON stays one line, to be counted as an error row). Returns the bytes written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as out:
-        for value in batch.values:
-            if fmt != "json":
-                out.write(value + b"\n")
-                continue
-            try:
-                doc = json.loads(value)
-            except ValueError:
-                out.write(value.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n")
-                continue
-            items = doc if strip_outer_array and isinstance(doc, list) else [doc]
-            for item in items:
-                out.write(json.dumps(item, separators=(",", ":")).encode() + b"\n")
-        return out.tell()
+def stage_message(out: BinaryIO, value: bytes, *, fmt: str, strip_outer_array: bool) -> None:
+    """Write one message as stream-load body lines: one CSV line (Doris appends the line delimiter), or one JSON
+    object per line (an array message gives one line per element with `strip_outer_array`; a message that is not
+    JSON stays one line, to be counted as an error row)."""
+    if fmt != "json":
+        out.write(value + b"\n")
+        return
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        out.write(value.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n")
+        return
+    items = doc if strip_outer_array and isinstance(doc, list) else [doc]
+    for item in items:
+        out.write(json.dumps(item, separators=(",", ":")).encode() + b"\n")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_runner.kafka_source import Batch, KafkaBatches, stage_batch
+from spark_runner.kafka_source import Batch, KafkaBatches
 from spark_runner.service import LoadService
 from tables.errors import DorisError, KafkaConfigError, KafkaPropertyError, KafkaSourceError, LoadError, TableNotFound
 from tables.routine_load import (
@@ -53,6 +53,9 @@ from tables.transactions import VISIBLE, TransactionStore
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_ABORTS = 3
+# Doris FE config max_routine_load_job_num: jobs not yet STOPPED or CANCELLED, all databases and servers together
+# (each running job is a thread and a Kafka consumer of this process)
+MAX_ROUTINE_LOAD_JOBS = 100
 ACTIVE = (JobState.NEED_SCHEDULE, JobState.RUNNING)
 # what running a job changes; the state (`_transition`) is changed by the statements too
 RUN_FIELDS = ("progress", "statistic", "last_txn", "error_log_urls", "other_msg")
@@ -116,6 +119,7 @@ class RoutineLoadManager:
         self.txns = txns
         self.staging_dir = staging_dir
         self.min_batch_rows = min_batch_rows
+        self.max_jobs = MAX_ROUTINE_LOAD_JOBS
         self.cert_dir = cert_dir  # Kafka certificate and keytab files are read only from here
         self._lock = threading.RLock()
         self._jobs: dict[int, RoutineLoadJob] = {}
@@ -189,9 +193,12 @@ class RoutineLoadManager:
 
     # -- statements -----------------------------------------------------------------------
     def create(self, spec: RoutineLoadSpec) -> RoutineLoadJob:
-        """Raises: AlreadyExists (name used by a job that is not final)."""
-        job = self.store.create(spec, owner=self.owner)
+        """Raises: AlreadyExists (name used by a job that is not final); DorisError past `max_jobs` unfinished jobs
+        (Doris's check and text: more than the limit, counted before this one)."""
         with self._lock:
+            if sum(not j.state.is_final for j in self.store.all()) > self.max_jobs:
+                raise DorisError(f"There are more than {self.max_jobs} routine load jobs are running. exceed limit.")
+            job = self.store.create(spec, owner=self.owner)
             self._jobs[job.id] = job
             self._launch(job.id)
         return job.model_copy(deep=True)
@@ -386,11 +393,17 @@ class RoutineLoadManager:
                             job.state = JobState.RUNNING
                         self._save(job)
                 runtime.task = TaskInfo(task_id=_task_id(), create_time=time.time(), offsets=dict(source.start))
-                batch = source.read(runtime.stop)
-                if not batch.values:
-                    self._update_lag(runtime, source, job)
-                    continue
-                loaded = self._load_batch(job_id, runtime, batch)
+                path = self.staging_dir / f"routine_load_{job_id}_{runtime.task.task_id}"
+                try:  # the batch is staged as it is read, never held in memory whole
+                    batch = source.read(
+                        runtime.stop, path, fmt=job.spec.request.format, strip_outer_array=job.spec.strip_outer_array
+                    )
+                    if not batch.rows:
+                        self._update_lag(runtime, source, job)
+                        continue
+                    loaded = self._load_batch(job_id, runtime, batch, path)
+                finally:
+                    self.loads.cleanup_staged(path)
                 self._update_lag(runtime, source, self._jobs[job_id])
                 if loaded:
                     aborts = 0
@@ -433,30 +446,25 @@ class RoutineLoadManager:
             lag[partition] = high - job.progress.get(partition, high)
         runtime.lag = lag
 
-    def _load_batch(self, job_id: int, runtime: _Runtime, batch: Batch) -> bool:
-        """Load one batch; True when it committed. Its offsets commit with its transaction."""
+    def _load_batch(self, job_id: int, runtime: _Runtime, batch: Batch, path: Path) -> bool:
+        """Load one batch, staged at `path`; True when it committed. Its offsets commit with its transaction."""
         job = self._jobs[job_id]
         spec = job.spec
         task = runtime.task
         assert task is not None
         label = f"{spec.name}-{task.task_id}"
-        path = self.staging_dir / f"routine_load_{job_id}_{task.task_id}"
         try:
-            size = stage_batch(batch, path, fmt=spec.request.format, strip_outer_array=spec.strip_outer_array)
-            try:
-                prepared = self.loads.prepare(spec.request.model_copy(update={"label": label, "table": spec.table}))
-            except TableNotFound as exc:
-                with self._lock:
-                    self._set_state(self._jobs[job_id], JobState.CANCELLED, error_reason(TABLE_ERR, exc.message))
-                return True
-            except (LoadError, DorisError) as exc:
-                return self._aborted(job_id, exc.text if isinstance(exc, LoadError) else exc.message)
-            progress = {**job.progress, **batch.next_offsets}
-            self.store.record_batch(prepared.txn_id, job_id, progress, BatchCounts(received_bytes=batch.size))
-            task.txn_id, task.txn_status, task.execute_start = prepared.txn_id, "PREPARE", time.time()
-            result = self.loads.run_staged(prepared, path, load_bytes=size)
-        finally:
-            self.loads.cleanup_staged(path)
+            prepared = self.loads.prepare(spec.request.model_copy(update={"label": label, "table": spec.table}))
+        except TableNotFound as exc:
+            with self._lock:
+                self._set_state(self._jobs[job_id], JobState.CANCELLED, error_reason(TABLE_ERR, exc.message))
+            return True
+        except (LoadError, DorisError) as exc:
+            return self._aborted(job_id, exc.text if isinstance(exc, LoadError) else exc.message)
+        progress = {**job.progress, **batch.next_offsets}
+        self.store.record_batch(prepared.txn_id, job_id, progress, BatchCounts(received_bytes=batch.size))
+        task.txn_id, task.txn_status, task.execute_start = prepared.txn_id, "PREPARE", time.time()
+        result = self.loads.run_staged(prepared, path, load_bytes=batch.staged)
         if result.status != "Success":
             task.txn_status = "ABORTED"
             return self._aborted(job_id, result.message)

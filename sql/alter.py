@@ -18,6 +18,7 @@ from sqlglot import TokenType
 from spark_runner.sqltext import q
 from sql.ddl import (
     AGGREGATIONS,
+    check_definition_size,
     check_new_column_name,
     check_sequence_mapping,
     parse_column,
@@ -29,6 +30,7 @@ from sql.partition_ddl import (
     BatchDesc,
     PartitionDesc,
     add_partition,
+    check_partition_count,
     expand_batch,
     parse_batch,
     parse_partition_desc,
@@ -247,7 +249,7 @@ def plan_alter(
         if ops or any(c.kind not in PARTITION_CLAUSES for c in alter.clauses):
             job = AlterJob(job_id=int(time.time() * 1000), create_time=now, finish_time=now, schema_version=version)
             table = table.model_copy(update={"alter_jobs": (*table.alter_jobs, job)})
-        return table, ops
+        return check_definition_size(table), ops
 
     return change
 
@@ -266,6 +268,7 @@ def _add_partition(table: TableDef, clause: Clause) -> TableDef:
         descs = [clause.partition]
     partitioning = table.partitioning
     temporary = clause.kind == "ADD TEMPORARY PARTITION"
+    check_partition_count(len(partitioning.partitions) + len(descs))
     for desc in descs:
         partitioning = add_partition(partitioning, desc, types, created=created, temporary=temporary)
     return table.model_copy(update={"partitioning": partitioning})

@@ -20,6 +20,7 @@ import datetime as dt
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -401,8 +402,12 @@ class BrokerLoads:
         return ExecStatus()
 
     # -- SHOW LOAD / SHOW TRANSACTION -------------------------------------------------------------
-    def show_load(self, cur: Cursor, current_db: str | None) -> ResultSet:
-        """`SHOW LOAD [FROM db] [WHERE LABEL = "x"]` (after `SHOW LOAD` was consumed)."""
+    def show_load(
+        self, cur: Cursor, current_db: str | None, can_load: Callable[[str, str], bool] | None = None
+    ) -> ResultSet:
+        """`SHOW LOAD [FROM db] [WHERE LABEL = "x"]` (after `SHOW LOAD` was consumed). `can_load(db, table)`: whether
+        the user holds LOAD_PRIV on the table; only the jobs of such tables are listed, as Doris's
+        `LoadManager.getLoadJobInfosByDb` skips a job whose `checkAuth` fails (None: every job)."""
         db = cur.name() if cur.accept("FROM") or cur.accept("IN") else current_db
         label = None
         if cur.accept("WHERE", "LABEL"):
@@ -411,7 +416,8 @@ class BrokerLoads:
         if not db:
             raise SqlError("No database selected")
         self.loads.catalog.require_database(db)
-        rows = [_show_row(job) for job in self.store.in_database(db, label=label)]
+        visible = can_load or (lambda db, table: True)
+        rows = [_show_row(job) for job in self.store.in_database(db, label=label) if visible(db, job.table)]
         return ResultSet(columns=[(c, "VARCHAR") for c in SHOW_LOAD_COLUMNS], rows=rows)
 
     def show_transaction(self, cur: Cursor, current_db: str | None) -> ResultSet:

@@ -28,6 +28,7 @@ from tables.partitions import (
     MINVALUE,
     RANGE_TYPES,
     PartitionDef,
+    PartitionIndex,
     Partitioning,
     PartitionKind,
     canonical,
@@ -39,6 +40,9 @@ from tables.partitions import (
 )
 from tables.types import DorisType
 
+# partitions CREATE TABLE and ALTER TABLE ADD [TEMPORARY] PARTITION may leave a table with: Doris documents 4096 per
+# table by default (its `max_multi_partition_num`); each statement's checks compare every partition with the others
+MAX_TABLE_PARTITIONS = 4096
 MAX_BATCH_PARTITIONS = 4096  # Doris FE config max_multi_partition_num: the partitions FROM .. TO .. INTERVAL makes
 
 
@@ -276,11 +280,19 @@ def build_partitioning(
         if clause.auto_unit == "HOUR" and types[0].name == "DATE":
             raise SqlError("date_trunc by hour needs a DATETIME partition column")
     partitioning = Partitioning(kind=clause.kind, columns=names, auto=clause.auto, auto_unit=clause.auto_unit)
+    index = PartitionIndex()
     for item in clause.items:
         descs = expand_batch(item, types[0]) if isinstance(item, BatchDesc) else [item]
         for desc in descs:
-            partitioning = add_partition(partitioning, desc, types, created=created)
+            check_partition_count(len(partitioning.partitions) + 1)
+            partitioning = add_partition(partitioning, desc, types, created=created, index=index)
     return partitioning
+
+
+def check_partition_count(count: int) -> None:
+    """Raises: SqlError when a table would have more than `MAX_TABLE_PARTITIONS` partitions."""
+    if count > MAX_TABLE_PARTITIONS:
+        raise SqlError(f"Too many partitions: {count}. Limit: {MAX_TABLE_PARTITIONS}")
 
 
 def add_partition(
@@ -290,8 +302,9 @@ def add_partition(
     *,
     created: str,
     temporary: bool = False,
+    index: PartitionIndex | None = None,
 ) -> Partitioning:
-    """`partitioning` with one more partition (the next id).
+    """`partitioning` with one more partition (the next id). `index`: see `check_new`.
 
     Raises: SqlError with Doris's text for a value of the wrong arity or type, an overlap or a taken name.
     """
@@ -306,7 +319,7 @@ def add_partition(
             upper = tuple(_canon(v, t) for v, t in zip(upper, types, strict=True))
             # a temporary partition's lower bound comes from the temporary partitions alone (Doris)
             source = partitioning if not temporary else temporary_partitioning(partitioning)
-            lower = less_than_lower(source, upper, types)
+            lower = less_than_lower(source, upper, types, index if not temporary else None)
             new = new.model_copy(update={"lower": lower, "upper": upper})
         else:
             assert desc.lower is not None and desc.upper is not None
@@ -328,7 +341,7 @@ def add_partition(
                 raise SqlError(f"partition item's size out of partition columns: {len(value)} vs {width}")
             values.append(tuple(None if v is None else canonical(v, t) for v, t in zip(value, types, strict=True)))
         new = new.model_copy(update={"values": tuple(values)})
-    check_new(partitioning, new, types)
+    check_new(partitioning, new, types, index)
     return partitioning.model_copy(
         update={"partitions": (*partitioning.partitions, new), "next_id": partitioning.next_id + 1}
     )

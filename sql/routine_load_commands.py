@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from spark_runner.planning import loaded_target, plan_load
@@ -19,9 +19,10 @@ from sql.routine_load import (
     build_spec,
     parse_routine_load,
 )
+from tables.accounts import like
 from tables.catalog import Catalog
 from tables.errors import LoadError, SqlError
-from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, RoutineLoadJob
+from tables.routine_load import OFFSET_BEGINNING, OFFSET_END, JobNotFound, RoutineLoadJob
 
 SHOW_COLUMNS = (
     "Id",
@@ -47,6 +48,7 @@ SHOW_COLUMNS = (
     "User",
     "Comment",
 )
+SECRET_MASK = "******"
 TASK_COLUMNS = (
     "TaskId",
     "TxnId",
@@ -61,9 +63,17 @@ TASK_COLUMNS = (
 
 
 def run_routine_load_statement(
-    text: str, current_db: str, *, manager: RoutineLoadManager | None, catalog: Catalog
+    text: str,
+    current_db: str,
+    *,
+    manager: RoutineLoadManager | None,
+    catalog: Catalog,
+    can_load: Callable[[str, str], bool] | None = None,
 ) -> StatementResult:
-    """Raises: SqlError; DorisError from the catalog or the manager (the executor words both)."""
+    """`can_load(db, table)`: whether the user holds LOAD_PRIV on the table; SHOW ROUTINE LOAD [TASK] lists only
+    the jobs of such tables, as Doris's ShowExecutor skips the others (None: every job, for the server's own use).
+
+    Raises: SqlError; DorisError from the catalog or the manager (the executor words both)."""
     if manager is None:
         raise SqlError("routine load is not available on this server")
     stmt = parse_routine_load(text)
@@ -81,9 +91,10 @@ def run_routine_load_statement(
             assert stmt.name is not None
             manager.stop(db, stmt.name)
         return ExecStatus()
+    visible = can_load or (lambda db, table: True)
     if isinstance(stmt, ShowRoutineLoad):
-        return _show(stmt, current_db, manager)
-    return _show_tasks(stmt, current_db, manager)
+        return _show(stmt, current_db, manager, visible)
+    return _show_tasks(stmt, current_db, manager, visible)
 
 
 def _create(stmt: CreateRoutineLoad, current_db: str, manager: RoutineLoadManager, catalog: Catalog) -> None:
@@ -149,7 +160,7 @@ def _show_row(job: RoutineLoadJob, manager: RoutineLoadManager) -> list[object]:
         "1" if running else "0",
         _json(properties),
         _json(source),
-        _json(spec.custom_properties),
+        _json(_masked(spec.custom_properties)),
         _json(statistic),
         _json(_progress(job)),
         _json({str(p): v for p, v in sorted(lag.items())}),
@@ -161,30 +172,41 @@ def _show_row(job: RoutineLoadJob, manager: RoutineLoadManager) -> list[object]:
     ]
 
 
+def _masked(properties: dict[str, str]) -> dict[str, str]:
+    """The client properties as SHOW prints them: secrets (`sasl.password`, `ssl.key.password`,
+    `ssl.keystore.password`) as `******`, as Doris masks a routine load's secret keys."""
+    return {k: SECRET_MASK if "password" in k.lower() else v for k, v in properties.items()}
+
+
 def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _show(stmt: ShowRoutineLoad, current_db: str, manager: RoutineLoadManager) -> ResultSet:
+def _show(
+    stmt: ShowRoutineLoad, current_db: str, manager: RoutineLoadManager, visible: Callable[[str, str], bool]
+) -> ResultSet:
     db = stmt.db or current_db
-    jobs = [j for j in manager.jobs(db) if stmt.include_history or not j.state.is_final]
+    jobs = [j for j in manager.jobs(db) if (stmt.include_history or not j.state.is_final) and visible(db, j.spec.table)]
     if stmt.name is not None:
         jobs = [j for j in jobs if j.spec.name == stmt.name]
         if not jobs:
             raise SqlError(
                 f"There is no job named {stmt.name} in db {db}. Include history? {str(stmt.include_history).lower()}"
             )
-    if stmt.pattern is not None:
-        regex = re.compile(
-            "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in stmt.pattern), re.IGNORECASE
-        )
-        jobs = [j for j in jobs if regex.fullmatch(j.spec.name)]
+    if stmt.pattern is not None:  # linear: a regex of `.*` runs backtracked on `LIKE '%%%...%X'` holding the GIL
+        pattern = stmt.pattern.lower()
+        jobs = [j for j in jobs if like(pattern, j.spec.name.lower())]
     jobs.sort(key=lambda j: j.create_time)
     return ResultSet(columns=[(c, "VARCHAR") for c in SHOW_COLUMNS], rows=[_show_row(j, manager) for j in jobs])
 
 
-def _show_tasks(stmt: ShowRoutineLoadTask, current_db: str, manager: RoutineLoadManager) -> ResultSet:
-    job = manager.find(stmt.db or current_db, stmt.name)
+def _show_tasks(
+    stmt: ShowRoutineLoadTask, current_db: str, manager: RoutineLoadManager, visible: Callable[[str, str], bool]
+) -> ResultSet:
+    db = stmt.db or current_db
+    job = manager.find(db, stmt.name)
+    if not visible(db, job.spec.table):  # answered as a job that does not exist
+        raise JobNotFound(stmt.name)
     task, _ = manager.runtime(job.id)
     rows: list[list[object]] = []
     if task is not None and not job.state.is_final:

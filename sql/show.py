@@ -3,7 +3,7 @@ the catalog (and of the broker load jobs), in Doris's columns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlglot import TokenType
 
@@ -182,14 +182,13 @@ def show_alter(ctx: SqlContext, stmt: ShowAlter, session: Session) -> ResultSet:
 def show_load(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:
     if ctx.broker_loads is None:
         raise SqlError(SHOW_NOT_SUPPORTED)
-    db = show_load_db(cur, session.db)
     privileges = session.privileges
-    require_visible_db(privileges, db)
-    result = ctx.broker_loads.show_load(cur, session.db)
+    require_visible_db(privileges, show_load_db(cur, session.db))
     # only the jobs of tables the user may load, as Doris's `getLoadJobInfosByDb` lists them: a job's row carries
     # its error-log URL (rejected rows: table data) and its figures
-    mine = {job.job_id for job in ctx.broker_loads.store.in_database(db) if privileges.allows(Priv.LOAD, db, job.table)}
-    return replace(result, rows=[row for row in result.rows if row[0] in mine])
+    return ctx.broker_loads.show_load(
+        cur, session.db, can_load=lambda db, table: privileges.allows(Priv.LOAD, db, table)
+    )
 
 
 def show_transaction(ctx: SqlContext, cur: Cursor, session: Session) -> ResultSet:

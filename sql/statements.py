@@ -111,7 +111,15 @@ def unparsed(cur: Cursor, current_db: str) -> str:
 def routine_load(ctx: SqlContext, text: str, session: Session) -> StatementResult:
     if ctx.routine_loads is not None:
         check_routine_load(ctx.routine_loads, parse_routine_load(text), session)
-    return run_routine_load_statement(text, session.db, manager=ctx.routine_loads, catalog=ctx.catalog)
+    # SHOW ROUTINE LOAD [TASK] lists only the jobs of tables the user may load, as Doris's `checkAuth` skips others
+    privileges = session.privileges
+    return run_routine_load_statement(
+        text,
+        session.db,
+        manager=ctx.routine_loads,
+        catalog=ctx.catalog,
+        can_load=lambda db, table: privileges.allows(Priv.LOAD, db, table),
+    )
 
 
 def check_routine_load(manager: RoutineLoadManager, stmt: RoutineLoadStatement, session: Session) -> None:

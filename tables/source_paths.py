@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -30,6 +31,10 @@ SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 # characters Hadoop's glob (which Spark applies to every path it is given) reads as pattern syntax
 GLOB_CHARS = frozenset("*?[]{}\\")
 MAX_FILES = 1000  # files one LOAD may name after glob expansion: each is a Spark read of its own
+MAX_PATTERNS = MAX_FILES  # paths one LOAD may name after `{a,b}` expansion, all DATA INFILE paths together
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: one path after `{a,b}` expansion
+MAX_BRACE_DEPTH = 32  # `{...}` groups nested in one another (as deep as an expression may nest)
+MAX_GLOB_MATCHES = 4 * MAX_FILES  # names one glob component may match (folders too) before the load is refused
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
@@ -87,10 +92,32 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def expand_braces(pattern: str) -> list[str]:
-    """Hadoop's `{a,b}` alternatives, expanded (nested groups too), so that each pattern is checked on its own."""
-    depth = 0
-    start = -1
+def expand_braces(pattern: str, limit: int = MAX_PATTERNS) -> list[str]:
+    """Hadoop's `{a,b}` alternatives, expanded (nested groups too), so that each pattern is checked on its own.
+    The alternatives multiply (`{a,b}` thirty times is 2^30 paths), so the expansion stops past `limit` paths,
+    and groups nest at most `MAX_BRACE_DEPTH` deep.
+
+    Raises:
+        SourcePathError: more than `limit` paths, or groups nested too deep.
+    """
+    depth = deepest = 0
+    for ch in pattern:
+        if ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == "}" and depth > 0:
+            depth -= 1
+    if deepest > MAX_BRACE_DEPTH:
+        raise SourcePathError(f"path has '{{...}}' groups nested more than {MAX_BRACE_DEPTH} deep")
+    return _expand(pattern, limit)
+
+
+def _expand(pattern: str, limit: int) -> list[str]:
+    """The expansion: the pattern as a sequence of choices (a literal is one), whose number of paths and longest
+    path are known before any path is built, so neither many groups nor long ones cost more than the paths."""
+    segments: list[list[str]] = []
+    depth, start, literal = 0, -1, 0
+    count, longest = 1, 0
     for i, ch in enumerate(pattern):
         if ch == "{":
             if depth == 0:
@@ -99,10 +126,29 @@ def expand_braces(pattern: str) -> list[str]:
         elif ch == "}" and depth > 0:
             depth -= 1
             if depth == 0:
-                options = _split_top_level(pattern[start + 1 : i])
-                tail = expand_braces(pattern[i + 1 :])
-                return [pattern[:start] + o + t for option in options for o in expand_braces(option) for t in tail]
-    return [pattern]
+                options: list[str] = []
+                for option in _split_top_level(pattern[start + 1 : i]):
+                    options.extend(_expand(option, limit))
+                    _check_count(len(options), limit)
+                segments += [[pattern[literal:start]], options]
+                count *= len(options)
+                _check_count(count, limit)
+                longest += start - literal + max(map(len, options))
+                _check_length(longest)
+                literal = i + 1
+    segments.append([pattern[literal:]])  # an unclosed `{` stays as it is written, as before
+    _check_length(longest + len(pattern) - literal)
+    return ["".join(parts) for parts in itertools.product(*segments)]
+
+
+def _check_length(length: int) -> None:
+    if length > MAX_PATH_CHARS:
+        raise SourcePathError(f"path is longer than {MAX_PATH_CHARS} characters")
+
+
+def _check_count(count: int, limit: int) -> None:
+    if count > limit:
+        raise SourcePathError(f"too many paths in one load: the {{a,b}} alternatives expand to more than {limit}")
 
 
 def _split_top_level(body: str) -> list[str]:
@@ -134,8 +180,11 @@ def resolve_sources(paths: Iterable[str], policy: SourcePolicy, table: str) -> l
         SourcePathError: a path or match that may not be read, none at all, or more than `MAX_FILES`.
     """
     files: list[str] = []
+    patterns = 0
     for path in paths:
-        for pattern in expand_braces(path):
+        expanded = expand_braces(path, MAX_PATTERNS - patterns)
+        patterns += len(expanded)
+        for pattern in expanded:
             _check_pattern(pattern)
             files.extend(_resolve_pattern(pattern, policy))
             if len(files) > MAX_FILES:
@@ -187,6 +236,8 @@ def _glob_inside(pattern: Path, policy: SourcePolicy) -> list[Path]:
                 # hidden names match only a pattern that starts with a dot, as the shell and Python's glob do
                 names = [n for n in sorted(os.listdir(real)) if not n.startswith(".") or part.startswith(".")]
                 found.extend(folder / n for n in names if fnmatch.fnmatchcase(n, part))
+                if len(found) > MAX_GLOB_MATCHES:  # links back up the tree multiply the matches per component
+                    raise SourcePathError(f"too many files in one load: more than {MAX_FILES}")
         candidates = found
     return candidates
 
