@@ -128,3 +128,34 @@ def test_compaction_applies_the_deletes(doris: DorisClient, db: str, server_sett
     assert live_delete_files(handle.iceberg) == []
     assert answer(doris, db, "t") == before == scanned(server_settings, db, "t")
     assert sum(pq.read_metadata(Path(f.file_path)).num_rows for f in data) == 2
+
+
+def test_a_small_load_supersedes_rows_of_a_large_file_by_reading_only_its_keys(
+    doris: DorisClient, db: str, server_settings: Any, monkeypatch: Any
+) -> None:
+    """A small load into a small table is re-checked at its commit in the server's process against every data
+    file; of a file of more than `CACHED_FILE_ROWS` rows (one load's, or a compaction's) only the rows holding its
+    keys are read. The stored row it supersedes is position-deleted, a later sequence wins and an earlier loses,
+    and any reader sees one row per key."""
+    from spark_runner import mow
+
+    rows = mow.CACHED_FILE_ROWS + 500
+    doris.sql(db, DDL.format(name="t", buckets=1, extra=""))
+    big = "".join(f"{k},old,10\n" for k in range(rows))
+    assert doris.stream_load(db, "t", big, headers=CSV).json()["Status"] == "Success"
+    read_whole: list[int] = []
+    whole = mow._read_keyed_rows
+
+    def reading(path: str, *args: Any) -> Any:
+        read_whole.append(mow._row_count(path))
+        return whole(path, *args)
+
+    monkeypatch.setattr(mow, "_read_keyed_rows", reading)
+    for line in ("7,newer,11\n", f"{rows - 1},older,9\n", f"{rows + 3},fresh,1\n"):
+        assert doris.stream_load(db, "t", line, headers=CSV).json()["Status"] == "Success"
+    expected = [[k, "newer" if k == 7 else "old", 11 if k == 7 else 10] for k in range(rows)] + [[rows + 3, "fresh", 1]]
+    assert doris.rows(db, "SELECT count(*) FROM t") == [[rows + 1]]
+    picked = f"SELECT k, v, s FROM t WHERE k IN (6, 7, {rows - 1}, {rows + 3}) ORDER BY k"
+    assert doris.rows(db, picked) == [expected[6], expected[7], expected[rows - 1], expected[rows]]
+    assert scanned(server_settings, db, "t") == expected
+    assert read_whole and max(read_whole) <= mow.CACHED_FILE_ROWS  # the small loads' files, never the large one
