@@ -9,6 +9,7 @@ case-insensitive; unknown headers are ignored, as Doris does.
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -101,9 +102,10 @@ def parse_load_request(
     template = _SHAPES.get(key)
     if template is None:
         request = build_request(db, table, options, limits=limits)
-        if len(_SHAPES) >= MAX_SHAPES:
-            _SHAPES.pop(next(iter(_SHAPES)), None)  # the oldest shape
-        _SHAPES[key] = request
+        with _SHAPES_LOCK:  # the event loop's, and the warm-up's thread at start
+            if len(_SHAPES) >= MAX_SHAPES:
+                del _SHAPES[next(iter(_SHAPES))]  # the oldest shape
+            _SHAPES[key] = request
         return request
     # the same options as a request built before: only the label is the load's own (checked, or a new uuid)
     return template.model_copy(update={"label": options.value("label") or str(uuid.uuid4())})
@@ -115,6 +117,7 @@ def parse_load_request(
 MAX_SHAPES = 256
 MAX_SHAPE_CHARS = 4096
 _SHAPES: dict[tuple[object, ...], LoadRequest] = {}
+_SHAPES_LOCK = threading.Lock()
 
 
 def build_request(db: str, table: str, options: OptionValues, *, limits: InputLimits = DEFAULT_LIMITS) -> LoadRequest:
