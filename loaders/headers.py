@@ -115,7 +115,7 @@ def parse_load_request(
 # all day, and building one (its options read and checked, `columns` / `where` parsed) costs ~25 µs of the event
 # loop. Only requests that were built without error are kept; a shape of more than `MAX_SHAPE_CHARS` is not.
 MAX_SHAPES = 256
-MAX_SHAPE_CHARS = 4096
+MAX_SHAPE_CHARS = 1024
 _SHAPES: dict[tuple[object, ...], LoadRequest] = {}
 _SHAPES_LOCK = threading.Lock()
 

@@ -125,6 +125,8 @@ def _plan(request: LoadRequest, handle: TableHandle) -> LoadPlan:
     costs a copy and a hash, ~4 µs)."""
     definition = handle.definition
     request = request.model_copy(update={"table": definition.name})
+    if not _keepable(request):  # a large request is planned each time: the kept plans stay small
+        return plan_load(request, definition)
     key = (request.model_copy(update={"label": ""}), id(definition))
     kept = _PLANS.get(key)
     if kept is not None and kept.table is definition:  # (a kept plan holds its definition: its id is not reused)
@@ -137,6 +139,17 @@ def _plan(request: LoadRequest, handle: TableHandle) -> LoadPlan:
     return plan
 
 
+def _keepable(request: LoadRequest) -> bool:
+    """A request small enough for its plan to be kept (at most `MAX_KEPT_COLUMNS` mappings, expressions of at most
+    `MAX_KEPT_EXPRESSION` characters): 256 plans of a 4,096-entry `columns` each would hold ~0.6 GB."""
+    expressions = [m.expr for m in request.columns or () if m.expr is not None] + [request.where, request.delete]
+    return len(request.columns or ()) <= MAX_KEPT_COLUMNS and all(
+        len(e.text) <= MAX_KEPT_EXPRESSION for e in expressions if e is not None
+    )
+
+
+MAX_KEPT_COLUMNS = 64
+MAX_KEPT_EXPRESSION = 1024
 MAX_PLANS = 256
 _PLANS: dict[tuple[LoadRequest, int], LoadPlan] = {}
 _PLANS_LOCK = threading.Lock()

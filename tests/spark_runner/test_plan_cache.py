@@ -41,3 +41,17 @@ def test_another_shape_or_another_definition_is_planned_anew() -> None:
     for label in ("d", "e"):  # a failing plan fails each time
         with pytest.raises(AnalysisError, match="Unknown column 'nope'"):
             _plan(parse_load_request("d", "t", {"label": label, "columns": "k, v = nope"}), table)
+
+
+def test_a_large_request_is_planned_each_time_and_never_kept() -> None:
+    """Kept plans stay small: a `columns` of more than `MAX_KEPT_COLUMNS` entries (up to 4,096 are allowed) is
+    planned anew for each load, so many such loads cannot fill the server's memory with plans."""
+    from spark_runner import service
+
+    table = handle()
+    loose = ", ".join(["k", "v", "s"] + [f"x{i}" for i in range(service.MAX_KEPT_COLUMNS)])
+    before = len(service._PLANS)
+    first = _plan(parse_load_request("d", "t", {"label": "a", "columns": loose}), table)
+    second = _plan(parse_load_request("d", "t", {"label": "b", "columns": loose}), table)
+    assert first.source_fields == second.source_fields and second.targets is not first.targets
+    assert len(service._PLANS) == before
