@@ -1012,6 +1012,9 @@ def statement_error(exc: Exception, guard: JobGuard, text: str) -> SqlError:
     if connection_lost and backend_stopped(guard.spark, wait=1.0):
         return SqlError(NO_BACKEND_FOR_QUERY)
     # anything unexpected still gets the FE's error shape; the trace goes to the log
-    log.exception("statement failed: %s", text[:200])
+    # the statement's own text can hold values a user would not want in a log (a literal, a password): only its
+    # first word and its size are logged, with the job tag that names it in Spark's UI and log
+    verb = text.lstrip().split(None, 1)[0].upper()[:16] if text.strip() else ""
+    log.exception("statement %s failed: %s, %d characters", guard.tag, verb or "(empty)", len(text))
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return SqlError(f"{type(exc).__name__}: {first}")
