@@ -190,6 +190,12 @@ class LoadMetrics:
             record["message"] = result.message
         load_log.info(json.dumps(record, ensure_ascii=False))
 
+    def observe_redirect(self, db: str, table: str, label: str, status: int, seconds: float) -> None:
+        """Log a stream load the FE port answered without running it (front-end mode: the 307 to the BE listener,
+        or the refusal before it) as one JSON line; the Location is left out (it holds the client's password)."""
+        record = {"event": "stream_load_redirect", "db": db, "table": table, "label": label, "http_status": status}
+        load_log.info(json.dumps(record | {"ms": int(seconds * 1000)}, ensure_ascii=False))
+
     def record_compaction(self) -> None:
         """Count one committed compaction run."""
         self.compactions.inc()

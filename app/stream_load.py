@@ -93,9 +93,11 @@ def fe_redirect(request: Request, services: Services) -> Response | None:
     openapi_extra=stream_load_operation(),
 )
 async def stream_load(db: str, table: str, request: Request, services: ServicesDep) -> Response:
-    if (redirect := fe_redirect(request, services)) is not None:
-        return redirect
     started = time.monotonic()
+    if (redirect := fe_redirect(request, services)) is not None:
+        label = request.headers.get("label", "")
+        request.app.state.metrics.observe_redirect(db, table, label, redirect.status_code, time.monotonic() - started)
+        return redirect
     if not services.gate.enter():  # draining for shutdown: refused before anything
         result = render_load(SHUTTING_DOWN, label=request.headers.get("label", ""))
     else:

@@ -93,3 +93,37 @@ def test_pydoris_client_loads_directly_and_through_redirect(
         client.options.set_option(key, value)
     assert client.write(table, "t", data) is True
     assert DorisClient(fe_be[0]).rows(table, "SELECT * FROM t ORDER BY k") == [[3, "c"], [4, "d"]]
+
+
+def test_a_redirect_logs_one_line_without_the_password(fe_be: tuple[str, str], table: str) -> None:
+    """The FE's 307 is logged by `app.load` (the access line is off for stream loads); the Location, which holds
+    the client's password, is not in it."""
+    import json
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger, keep = logging.getLogger("app.load"), Keep()
+    level = logger.level
+    logger.addHandler(keep)
+    logger.setLevel(logging.INFO)
+    try:
+        resp = httpx.put(
+            f"{fe_be[0]}/api/{table}/t/_stream_load",
+            content=b"1,a\n",
+            auth=("root", ""),
+            headers={"Expect": "100-continue", "label": "redirected_once"},
+        )
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(level)
+    assert resp.status_code == 307
+    records = [json.loads(line) for line in lines if "redirected_once" in line]
+    assert [(r["event"], r["db"], r["table"], r["http_status"]) for r in records] == [
+        ("stream_load_redirect", table, "t", 307)
+    ]
+    assert not [line for line in lines if "127.0.0.1" in line or "root:" in line], lines
