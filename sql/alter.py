@@ -410,6 +410,8 @@ def _drop(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) ->
     if col.is_key:
         model = {KeysType.UNIQUE: "Unique", KeysType.AGGREGATE: "Aggregate", KeysType.DUPLICATE: "Duplicate"}
         raise SqlError(f"Can not drop key column in {model[table.keys_type]} data model table")
+    if _is_distribution_column(table, col):
+        raise SqlError(f"Distribution column[{col.name}] cannot be dropped. index[{table.name}]")
     if table.sequence_col and table.sequence_col.lower() == col.name.lower():
         raise SqlError(f"Can not drop sequence column {col.name}: function_column.sequence_col maps to it")
     if table.replace_version_column and table.replace_version_column.lower() == col.name.lower():
@@ -473,6 +475,11 @@ def _is_partition_column(table: TableDef, col: ColumnDef) -> bool:
     return table.partitioning is not None and col.name.lower() in {c.lower() for c in table.partitioning.columns}
 
 
+def _is_distribution_column(table: TableDef, col: ColumnDef) -> bool:
+    """The column's values pick a row's bucket (`TableDef.distribution_columns`)."""
+    return col.name.lower() in {c.lower() for c in table.distribution_columns}
+
+
 def _widens(old: DorisType, new: DorisType) -> bool:
     """Type changes that read old files as they are (Iceberg promotions, or the same storage type)."""
     if old == new:
@@ -506,6 +513,10 @@ def _modify(table: TableDef, clause: Clause, version: int, ops: list[SchemaOp]) 
         raise SqlError(f"The type of sequence column {col.name} can not be changed")
     if col.type != new.type and _is_partition_column(table, col):
         raise SqlError(f"Can not modify partition column[{col.name}]")
+    if col.type != new.type and _is_distribution_column(table, col):
+        # a row's bucket is the hash of its distribution columns' values as typed: a wider type hashes a value
+        # elsewhere, and the rows stored before would be looked for in the wrong bucket (Doris's own check)
+        raise SqlError(f"Can not modify distribution column[{col.name}]. index[{table.name}]")
     if not _widens(col.type, new.type):
         raise SqlError(f"Can not change {col.type.sql()} to {new.type.sql()}")
     modified = col.model_copy(

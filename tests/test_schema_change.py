@@ -96,6 +96,7 @@ def test_add_column_default_drop_and_readd_never_brings_old_values_back(doris: D
     [
         ("ALTER TABLE t MODIFY COLUMN v TINYINT", "Can not change int to tinyint"),
         ("ALTER TABLE t MODIFY COLUMN v VARCHAR(10)", "Can not change int to varchar(10)"),
+        ("ALTER TABLE t MODIFY COLUMN k BIGINT", "Can not modify distribution column[k]. index[t]"),
         ("ALTER TABLE t DROP COLUMN k", "Can not drop key column in Unique data model table"),
         ("ALTER TABLE t DROP COLUMN nope", "Column does not exists: nope"),
         ("ALTER TABLE t ADD COLUMN v INT", "Can not add column which already exists in base table: v"),
@@ -279,3 +280,20 @@ def test_a_load_meeting_a_schema_change_is_planned_again_against_it(doris: Doris
     assert doris.rows(db, "SELECT k, v, d FROM t ORDER BY k") == [[1, "a", 8], [3, "c", 8]]
     state = doris.http.get(f"/api/{db}/get_load_state", params={"label": "positional"}).json()["data"]
     assert state == "ABORTED"
+
+
+def test_a_distribution_column_keeps_its_type_and_stays(doris: DorisClient, db: str) -> None:
+    """A row's bucket is the hash of its distribution columns' values as typed: widening one would send the
+    values stored before to other buckets than reads and key lookups look in (`WHERE v = 8` would miss a stored
+    row), so, as in Doris, a distribution column is neither modified nor dropped (here a duplicate table's value
+    column)."""
+    doris.sql(db, "CREATE TABLE d (k INT, v INT, w INT) DUPLICATE KEY(k) DISTRIBUTED BY HASH(v) BUCKETS 4")
+    doris.sql(db, "INSERT INTO d VALUES (1, 8, 1), (2, 9, 2)")
+    assert doris.sql_error(db, "ALTER TABLE d MODIFY COLUMN v BIGINT").endswith(
+        "Can not modify distribution column[v]. index[d]"
+    )
+    assert doris.sql_error(db, "ALTER TABLE d DROP COLUMN v").endswith(
+        "Distribution column[v] cannot be dropped. index[d]"
+    )
+    doris.sql(db, "ALTER TABLE d MODIFY COLUMN w BIGINT")  # another column widens as before
+    assert doris.rows(db, "SELECT k, v, w FROM d WHERE v = 8") == [[1, 8, 1]]
