@@ -380,6 +380,8 @@ class StateChecks:
         self._ready = threading.Condition()
         self._pending: list[int] = []
         self._found: dict[int, Txn | BaseException | None] = {}
+        self._held: set[int] = set()  # the loads of the read under way
+        self._forgotten: set[int] = set()  # forgotten while a read held them: their states are dropped as they come
         self._reading = False
 
     def queue(self, txn_id: int) -> None:
@@ -399,6 +401,7 @@ class StateChecks:
                     continue
                 self._reading = True
                 batch, self._pending = self._pending, []
+                self._held = set(batch)
                 self._ready.release()
                 try:
                     found: dict[int, Txn | BaseException | None] = dict.fromkeys(batch)
@@ -408,7 +411,10 @@ class StateChecks:
                         found = dict.fromkeys(batch, exc)
                 finally:
                     self._ready.acquire()
-                    self._reading = False
+                    self._reading, self._held = False, set()
+                    for forgotten in self._forgotten:
+                        found.pop(forgotten, None)
+                    self._forgotten.clear()
                     self._found.update(found)
                     self._ready.notify_all()
             outcome = self._found.pop(txn_id)
@@ -421,7 +427,10 @@ class StateChecks:
         with self._ready:
             if txn_id in self._pending:
                 self._pending.remove(txn_id)
-            self._found.pop(txn_id, None)
+            elif txn_id in self._held:
+                self._forgotten.add(txn_id)  # the read under way holds it
+            else:
+                self._found.pop(txn_id, None)
 
 
 @dataclass

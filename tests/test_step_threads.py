@@ -252,3 +252,36 @@ def test_the_transaction_states_of_a_batch_of_async_loads_are_read_at_once(tmp_p
     assert Counted.reads == 1
     assert [t.txn_id for t in states if t is not None] == ids[:10]
     assert [t.state for t in states if t is not None] == [PREPARE] * 3 + [ABORTED] + [PREPARE] * 6
+
+
+def test_a_load_forgotten_while_its_state_is_being_read_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A load whose WAL sync failed is forgotten: whether its state is still queued, being read by another load's
+    read, or read already, nothing of it stays in `StateChecks` (each failed sync would have kept one entry), and
+    the other loads of the read get theirs."""
+    from spark_runner.group_commit import StateChecks
+
+    reading, release = threading.Event(), threading.Event()
+
+    class Paused(TransactionStore):
+        def get_many(self, txn_ids: Any) -> Any:
+            reading.set()
+            release.wait(10)
+            return super().get_many(txn_ids)
+
+    txns = Paused(tmp_path / "txns.db")
+    ids = [txns.begin("db", "t", f"l{i}") for i in range(3)]
+    checks = StateChecks(txns)
+    for txn_id in ids:
+        checks.queue(txn_id)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(checks.read(ids[0])))
+    reader.start()
+    assert reading.wait(10)
+    checks.forget(ids[1])  # held by the read under way
+    release.set()
+    reader.join(10)
+    assert [t.txn_id for t in got] == [ids[0]]
+    assert checks.read(ids[2]).txn_id == ids[2]  # type: ignore[union-attr]
+    checks.forget(ids[0])  # read already: nothing to drop
+    assert (checks._found, checks._pending) == ({}, [])
+    assert not getattr(checks, "_forgotten", ())  # (the ids dropped once the read under way ends)
