@@ -210,7 +210,8 @@ class Settings(BaseSettings):
     )
     pause_at: str | None = Field(
         None,
-        description="Test only: `point[:table][:once],...` (staging, job, before_commit, after_commit) blocks there.",
+        description="Test only: `point[:table][:once|:<seconds>],...` (staging, job, before_commit, after_commit) "
+        "blocks there (for ever, or the first load for that many seconds).",
     )
     max_line_bytes: int = Field(
         64 * 1024 * 1024,

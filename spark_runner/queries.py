@@ -745,7 +745,10 @@ class QueryViews:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.drop()
+        try:
+            self.drop()
+        except Exception:  # the JVM stopped under the statement: its views went with it; its outcome stands
+            log.debug("the views of a statement went with its JVM", exc_info=True)  # (an INSERT ... SELECT committed)
 
     def merged_view(
         self,
@@ -969,6 +972,8 @@ class JobGuard:
             return
         try:
             self.spark.sparkContext.removeJobTag(self.tag)
+        except Exception:  # the JVM stopped meanwhile: its tags went with it, and the statement's own outcome stands
+            log.debug("statement %s: its job tag went with its JVM", self.tag, exc_info=True)  # (an INSERT committed)
         finally:
             self._watcher.join()
 
