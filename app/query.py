@@ -37,8 +37,9 @@ async def query(ns: str, db: str, request: Request, services: ServicesDep) -> Re
     privileges = login(request, services.accounts)
     raw = await read_body(request, services.settings)  # its errors and the statements' render as the FE does
     try:
-        body: Any = json.loads(raw)
-    except ValueError:
+        # a body may be 100 MiB: decoded off the event loop when large
+        body: Any = json.loads(raw) if len(raw) < 65536 else await run_in_threadpool(json.loads, raw)
+    except (ValueError, RecursionError):  # nesting deeper than Python's recursion limit: not a statement either
         body = None
     stmt = body.get("stmt") if isinstance(body, dict) else None
     if not isinstance(stmt, str) or not stmt.strip():

@@ -17,6 +17,7 @@ substitution off (`spark_runner.session.BASE_CONF`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Callable
@@ -76,18 +77,134 @@ def parse_query(text: str) -> exp.Expression:
     return tree
 
 
+# arguments kept as they are when a call is rendered to find its name (small, and what a renderer may look at)
+_NAME_LEAVES = _classes(
+    "Literal", "Identifier", "Var", "DataType", "Null", "Boolean", "Star", "Column", "JSONPath", "Placeholder",
+)  # fmt: skip
+
+
+def _arg_stand_in(value: object) -> object:
+    if not isinstance(value, exp.Expression):
+        return value
+    if isinstance(value, _NAME_LEAVES):
+        return value.copy()
+    return exp.column("__arg")
+
+
 def spark_function_name(node: exp.Func) -> str:
-    """The name Spark resolves for this call: the call as rendered for Spark, lower-cased."""
+    """The name Spark resolves for this call: the call as rendered for Spark, lower-cased.
+
+    Only the call itself is rendered: each argument that is not a leaf stands in as a column. Rendering the whole
+    subtree for every call made `WHERE k=1 AND k=1 AND ...` (each AND a call) quadratic: 1000 of them held a core
+    for 65 s before the statement's timeout could count."""
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
-    match = _CALL.match(node.sql(dialect="spark", comments=False))
+    args = {
+        key: [_arg_stand_in(v) for v in value] if isinstance(value, list) else _arg_stand_in(value)
+        for key, value in node.args.items()
+    }
+    match = _CALL.match(type(node)(**args).sql(dialect="spark", comments=False))
     return match[1].lower() if match else node.sql_name().lower()
 
 
+# Nodes a query may have once every reference to a WITH query is replaced by that query, as Spark inlines them:
+# `WITH c1 AS (SELECT .. FROM c0 UNION ALL SELECT .. FROM c0), c2 AS (.. c1 .. c1), ...` doubles with each CTE,
+# and 17 of them (1.5 KB of text) kept the JVM's driver planning past the statement's query_timeout until the
+# wedged-JVM watch killed it. Spark plans about 10 ms per copy of a small query, so this keeps planning within
+# seconds; Doris does not inline a CTE referenced more than once. A query without WITH is never refused by it
+# (its size is its own text's, which Spark's parser bounds).
+MAX_EXPANDED_NODES = 20_000
+
+
+class CteScope:
+    """Which WITH query a table reference names: the innermost in scope (enclosing WITHs; inside a CTE, only the
+    CTEs before it). Each WITH's names are indexed once, so a lookup costs the reference's depth, not the number
+    of CTEs (a chain of 2000 CTEs took 19 s when every lookup walked every CTE before it)."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, dict[str, list[int]]] = {}
+
+    def _index(self, with_: exp.With) -> dict[str, list[int]]:
+        names = self._names.get(id(with_))
+        if names is None:
+            names = {}
+            for i, cte in enumerate(with_.expressions):
+                names.setdefault(cte.alias_or_name.lower(), []).append(i)
+            self._names[id(with_)] = names
+        return names
+
+    def cte_of(self, table: exp.Table) -> exp.CTE | None:
+        """Raises nothing; None for a catalog table (or a qualified or function reference)."""
+        if table.args.get("db") is not None or table.args.get("catalog") is not None:
+            return None
+        if not isinstance(table.this, exp.Identifier):
+            return None
+        name = table.name.lower()
+        grand: exp.Expr | None = None
+        child: exp.Expr = table
+        node = table.parent
+        while node is not None:
+            with_ = node.args.get("with_") or node.args.get("with")
+            if isinstance(with_, exp.With):
+                found = self._index(with_).get(name)
+                if found:
+                    # inside one of these CTEs (`grand`): only the ones before it are defined there
+                    before = bisect.bisect_left(found, grand.index or 0) if child is with_ and grand else len(found)
+                    if before:
+                        return with_.expressions[found[before - 1]]  # type: ignore[no-any-return]
+            grand, child, node = child, node, node.parent
+        return None
+
+
+def expanded_size(tree: exp.Expression) -> int:
+    """Nodes of the query with each reference to a WITH query counted as that query's own expanded size (its
+    definition counts nothing itself). Linear: each node is visited once, CTEs before the queries that use them."""
+    sizes: dict[int, int] = {}
+    scope = CteScope()
+
+    def size_of(root: exp.Expr) -> int:
+        total = 0
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, exp.CTE) and node is not root:
+                continue  # counted where it is referenced
+            total += 1
+            if isinstance(node, exp.Table):
+                cte = scope.cte_of(node)
+                if cte is not None:
+                    total += sizes.get(id(cte), 0)
+            stack.extend(node.iter_expressions())
+        return total
+
+    # CTEs innermost and earliest first: a CTE names only CTEs before it or inside it
+    order: list[exp.CTE] = []
+    stack: list[tuple[exp.Expr, bool]] = [(tree, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            if isinstance(node, exp.CTE):
+                order.append(node)
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(list(node.iter_expressions())))
+    for cte in order:
+        sizes[id(cte)] = size_of(cte.this)
+    return size_of(tree)
+
+
 def check_query(tree: exp.Expression) -> None:
-    """Raises: SqlError unless the tree is a query made only of query clauses, operators and allowed functions."""
+    """Raises: SqlError unless the tree is a query made only of query clauses, operators and allowed functions,
+    no larger than `MAX_EXPANDED_NODES` once its WITH queries are inlined (unless it is that large itself)."""
     if not isinstance(tree, exp.Query):
         raise SqlError(f"Only a query is allowed here, not {tree.key.upper()}")
+    if tree.find(exp.CTE) is not None:
+        expanded = expanded_size(tree)
+        if expanded > MAX_EXPANDED_NODES and expanded > sum(1 for _ in tree.walk()):
+            raise SqlError(
+                f"The query is too complex once its WITH queries are expanded: {expanded} nodes, more than "
+                f"{MAX_EXPANDED_NODES}; reference each WITH query fewer times"
+            )
     for node in tree.walk():
         if isinstance(node, exp.Func):
             if isinstance(node.parent, exp.Table) and node.arg_key == "this":
@@ -128,26 +245,6 @@ def check_function(node: exp.Func) -> None:
 def check_query_functions(tree: exp.Expression) -> None:
     """Raises: SqlError for a node or function a query may not hold (a scalar expression's check)."""
     check_query(exp.select(tree.copy()))
-
-
-def _visible_ctes(table: exp.Table) -> set[str]:
-    """CTE names in scope where the table stands: those of enclosing WITHs, earlier siblings only inside a CTE."""
-    names: set[str] = set()
-    child: exp.Expr = table
-    node = table.parent
-    while node is not None:
-        with_ = node.args.get("with_") or node.args.get("with")
-        if isinstance(with_, exp.With):
-            ctes = list(with_.expressions)
-            if child is with_:  # inside one of these CTEs: only the ones before it are defined there
-                ctes = ctes[: next((i for i, cte in enumerate(ctes) if _contains(cte, table)), len(ctes))]
-            names.update(cte.alias_or_name.lower() for cte in ctes)
-        child, node = node, node.parent
-    return names
-
-
-def _contains(root: exp.Expression, target: exp.Expression) -> bool:
-    return any(n is target for n in root.walk())
 
 
 def _int_literal(node: exp.Expression | None) -> int | None:
@@ -228,12 +325,13 @@ def bind_tables(
     tree = tree.copy()
     copies = list(tree.find_all(exp.Table))  # the same walk of a copy: the same order
     exempt = next((c for o, c in zip(originals, copies, strict=True) if o is row_source), None)
+    scope = CteScope()
     for table in copies:
         if not isinstance(table.this, exp.Identifier):
             _check_table_function(table, limits)
             continue
         table_db, name = _catalog_table(table)
-        if table_db is None and table.args.get("catalog") is None and name.lower() in _visible_ctes(table):
+        if scope.cte_of(table) is not None:
             continue
         if not (table_db or db):
             raise SqlError("No database selected")

@@ -6,17 +6,60 @@ from dataclasses import dataclass
 
 from sqlglot import TokenType
 from sqlglot.dialects.doris import Doris
-from sqlglot.tokens import Token  # type: ignore[attr-defined]
+from sqlglot.tokenizer_core import TokenizerCore
+from sqlglot.tokens import Token, Tokenizer  # type: ignore[attr-defined]
 
 from tables.errors import SqlError
 
-_TOKENIZER = Doris().tokenizer_class()
+# The most tokens one request (an HTTP body's `stmt`, a MySQL COM_QUERY) may hold. Every statement is tokenized
+# here before sqlglot parses it, and sqlglot's objects take about 270 bytes per token and 750 per parsed node: a
+# 2 MB `SELECT 1+1+...` grew the server by 1.5 GB in 37 s, so a 64 MB packet would have ended it. Counted while the
+# tokenizer runs, so the refusal comes before the list is built. (Doris has no such cap; bulk data goes by stream
+# load.) A statement of long strings (INSERT ... VALUES) holds few tokens per byte.
+MAX_TOKENS = 500_000
+
+
+class TooManyTokens(SqlError):
+    def __init__(self) -> None:
+        super().__init__(
+            f"The statement has more than {MAX_TOKENS} tokens, too many to parse: split it, or load the data by "
+            "stream load"
+        )
+
+
+class _BoundedCore(TokenizerCore):
+    """sqlglot's tokenizer core, stopping at `MAX_TOKENS` tokens (no new slots, so an instance can take the class)."""
+
+    __slots__ = ()
+
+    def _add(self, token_type: TokenType, text: str | None = None) -> None:
+        if len(self.tokens) >= MAX_TOKENS:
+            raise TooManyTokens()
+        super()._add(token_type, text)
+
+
+_DORIS = Doris()
+
+
+def _tokenizer() -> Tokenizer:
+    """A tokenizer of its own for each call: sqlglot's keeps its state (text, position, tokens) in the instance, and
+    one shared by the server's threads mixed concurrent statements (one user's tokens held another's password)."""
+    tokenizer = _DORIS.tokenizer_class()
+    tokenizer._core.__class__ = _BoundedCore
+    return tokenizer
 
 
 def tokenize(text: str) -> list[Token]:
+    """The Doris tokens of the text.
+
+    Raises:
+        SqlError: the text does not tokenize, or holds more than `MAX_TOKENS` tokens.
+    """
     try:
-        return list(_TOKENIZER.tokenize(text))
+        return list(_tokenizer().tokenize(text))
     except Exception as exc:  # sqlglot raises TokenError for unterminated strings and the like
+        if isinstance(exc.__cause__, TooManyTokens):
+            raise exc.__cause__ from None
         raise SqlError(f"Syntax error: {exc}") from None
 
 

@@ -1,0 +1,156 @@
+"""Depth, recursion and super-linear work of user SQL before it reaches Spark (docs/security.md, "SQL"): statements
+tokenized each by a tokenizer of their own, a bound on the tokens of one request, checks linear in long operator
+chains and in chains of WITH queries, WITH queries that multiply when inlined refused, and the MySQL listener's
+event loop kept free of parsing."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pymysql
+import pytest
+from sqlglot import exp
+
+import sql.select
+import sql.tokens
+from sql.select import bind_tables, check_query, parse_query
+from sql.session import NOBODY
+from sql.tokens import Cursor, split_statements
+from tables.errors import SqlError
+
+
+def test_concurrent_statements_never_share_tokens() -> None:
+    """One tokenizer served every thread: a user's statement came back with the tokens of another user's
+    concurrent statement (here a password of CREATE USER), in its token list and its syntax errors."""
+    secret = "CREATE USER 'victim' IDENTIFIED BY 'S3CRET-PW' " + " ".join(["x"] * 3000)
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def victim() -> None:
+        while not stop.is_set():
+            try:
+                Cursor(secret)
+            except SqlError:
+                pass
+
+    thread = threading.Thread(target=victim)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            text = "SELECT " + " ".join(["y"] * 3000)
+            try:
+                tokens = Cursor(text).tokens
+            except SqlError as exc:
+                seen.append(str(exc))
+                continue
+            assert len(tokens) == 3001
+            seen.extend(t.text for t in tokens if "S3CRET" in t.text)
+    finally:
+        stop.set()
+        thread.join()
+    assert not [s for s in seen if "S3CRET" in s]
+    assert not seen  # no statement was even garbled
+
+
+def test_a_request_with_too_many_tokens_is_refused_before_it_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlglot holds about 270 bytes a token and 750 a node: a 2 MB `SELECT 1+1+...` grew the server by 1.5 GB."""
+    monkeypatch.setattr(sql.tokens, "MAX_TOKENS", 1000)
+    assert len(split_statements("SELECT " + "+".join(["1"] * 400) + "; SELECT 1")) == 2
+    with pytest.raises(SqlError, match="more than 1000 tokens"):
+        split_statements("SELECT " + "+".join(["1"] * 600))
+    with pytest.raises(SqlError, match="more than 1000 tokens"):
+        Cursor("SELECT 1;" * 400)
+    # a long string is one token
+    assert len(Cursor("SELECT '" + "x" * 100_000 + "'").tokens) == 2
+
+
+def _timed(func: object, *args: object) -> float:
+    started = time.monotonic()
+    func(*args)  # type: ignore[operator]
+    return time.monotonic() - started
+
+
+def test_a_long_and_chain_is_checked_in_linear_time() -> None:
+    """Every AND (a function to sqlglot) was rendered with all of its chain to find its name: 1000 ANDs held a core
+    for 65 s, past any query_timeout (which counts only Spark's jobs)."""
+    tree = parse_query("SELECT 1 FROM t WHERE " + " AND ".join(["k = 1"] * 1500))
+    assert _timed(check_query, tree) < 2
+
+
+def test_a_chain_of_with_queries_is_scoped_in_linear_time() -> None:
+    """Each reference looked for its CTE by walking every CTE before it (2000 chained CTEs took 19 s)."""
+    n = 1500
+    ctes = ", ".join(f"c{i} AS (SELECT {'1 AS k' if i == 0 else f'k FROM c{i - 1}'})" for i in range(n))
+    tree = parse_query(f"WITH {ctes} SELECT k FROM c{n - 1}")
+    started = time.monotonic()
+    check_query(tree)  # each CTE referenced once: never refused, whatever its length
+    bound = bind_tables(None, None, tree, db="d", show_hidden=False, privileges=NOBODY)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 3
+    assert len(list(bound.find_all(exp.CTE))) == n
+
+
+def _doubling(n: int) -> str:
+    ctes = ["c0 AS (SELECT k FROM t)"] + [
+        f"c{i} AS (SELECT k FROM c{i - 1} UNION ALL SELECT k FROM c{i - 1})" for i in range(1, n + 1)
+    ]
+    return f"WITH {', '.join(ctes)} SELECT count(*) FROM c{n}"
+
+
+def test_with_queries_that_multiply_when_inlined_are_refused() -> None:
+    """17 CTEs each naming the one before twice (1.5 KB) kept Spark's driver planning 2^17 copies until the
+    wedged-JVM watch killed the JVM, for any user with SELECT on one table."""
+    cap = sql.select.MAX_EXPANDED_NODES
+    with pytest.raises(SqlError, match=f"too complex once its WITH queries are expanded: .* more than {cap}"):
+        check_query(parse_query(_doubling(17)))
+    with pytest.raises(SqlError, match="too complex"):
+        check_query(parse_query(_doubling(200)))  # counted, never built: 2^200
+    check_query(parse_query(_doubling(6)))  # a few references are fine
+    # an inner WITH's name shadows the outer one where it stands
+    check_query(parse_query("WITH a AS (SELECT 1 AS k) SELECT * FROM (WITH a AS (SELECT 2 AS k) SELECT * FROM a) s, a"))
+
+
+def test_a_deeply_nested_json_body_is_a_bad_request(base_url: str) -> None:
+    resp = httpx.post(
+        f"{base_url}/api/query/default_cluster/information_schema",
+        content=b'{"stmt": ' + b"[" * 100_000,
+        auth=("root", ""),
+        timeout=30,
+    )
+    assert resp.status_code == 200
+    assert "Missing statement request body" in resp.text, resp.text
+
+
+def test_long_statements_are_parsed_off_the_mysql_event_loop(base_url: str, mysql_port: int) -> None:
+    """Routing (client bookkeeping, SET) parsed a statement of up to 64 KiB on the event loop serving every client:
+    a COM_QUERY of 100 such statements held it for about 100 s."""
+    chain = "+".join(["1"] * 30_000)  # 60 KB: about 1 s to tokenize and parse
+    text = f"SELECT @@version_comment, {chain}; SET @a = {chain}; SELECT @@version_comment, {chain}"
+    conn = pymysql.connect(host="127.0.0.1", port=mysql_port, user="root", password="", autocommit=True)
+    delays: list[float] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            conn.cursor().execute(text)
+        except pymysql.err.MySQLError:
+            pass  # the executor refuses `@@` in a query: only where the parsing ran matters
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        while not done.is_set():
+            started = time.monotonic()
+            with socket.create_connection(("127.0.0.1", mysql_port), timeout=30) as probe:
+                probe.recv(4)  # the handshake's header: the event loop answered
+            delays.append(time.monotonic() - started)
+            time.sleep(0.05)
+    finally:
+        thread.join()
+        conn.close()
+    assert delays and max(delays) < 0.4, delays
