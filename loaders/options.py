@@ -95,7 +95,7 @@ def parse_jsonpaths(text: str) -> tuple[str, ...]:
     """
     try:
         paths = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nesting deeper than Python's recursion limit)
         raise BadHeader(f"Invalid json path: {text}") from None
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("$") for p in paths):
         raise BadHeader(f"Invalid json path: {text}")

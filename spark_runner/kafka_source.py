@@ -148,7 +148,7 @@ def stage_message(out: BinaryIO, value: bytes, *, fmt: str, strip_outer_array: b
         return
     try:
         doc = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # (a message nested deeper than Python's recursion limit is an error row)
         out.write(value.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n")
         return
     items = doc if strip_outer_array and isinstance(doc, list) else [doc]

@@ -273,6 +273,7 @@ def test_json_by_line_with_one_broken_line_loads_nothing(seeded: Seeded) -> None
         pytest.param('{"k": "$.k"}', id="an-object"),
         pytest.param("[1, 2]", id="not-strings"),
         pytest.param('["$.k",', id="unterminated"),
+        pytest.param("[" * 20000, id="nested-past-the-recursion-limit"),  # was [INTERNAL_ERROR]maximum recursion
     ],
 )
 def test_bad_jsonpaths_is_refused(seeded: Seeded, jsonpaths: str) -> None:

@@ -327,3 +327,18 @@ def test_a_table_definition_is_bounded(doris: DorisClient, world: World, served_
     text = world.ddl.sql_error(world.db, f"ALTER TABLE small MODIFY COLUMN v INT COMMENT '{big}'")
     assert "The definition of table small would take" in text
     assert served_app.state.services.catalog.load(world.db, "small").definition.columns[1].comment == ""
+
+
+def test_a_kafka_message_nested_past_the_recursion_limit_is_one_error_line() -> None:
+    """A JSON message nested deeper than Python's recursion limit is staged as it came, one line (the load
+    counts it as an error row), like any message that is not JSON; it used to raise RecursionError out of the
+    batch, so one message from the topic's producer failed every batch of the job."""
+    import io
+
+    from spark_runner.kafka_source import stage_message
+
+    out = io.BytesIO()
+    deep = b"[" * 100_000
+    stage_message(out, deep, fmt="json", strip_outer_array=True)
+    stage_message(out, b'[{"k": 1}]', fmt="json", strip_outer_array=True)
+    assert out.getvalue() == deep + b'\n{"k":1}\n'
