@@ -185,8 +185,29 @@ async def off_loop(func: Callable[..., _T], text: str, *args: Any) -> _T:
     return func(text, *args)
 
 
-def _parse_doris(stmt: str) -> exp.Expr:
-    return sqlglot.parse_one(stmt, dialect="doris")
+def _set_items(stmt: str) -> list[tuple[str, str, str, str]] | None:
+    """A SET statement's assignments as (kind, MySQL text, Doris text, variable name), or None when the statement
+    is not a SET. Parsed and rendered together: in a worker thread for a long statement (`off_loop`), rendering a
+    long value's tree costs about as much as parsing it.
+
+    Raises:
+        ParseError, TokenError, RecursionError: the statement does not parse.
+    """
+    tree = sqlglot.parse_one(stmt, dialect="doris")
+    if not isinstance(tree, exp.Set):
+        return None
+    items = []
+    for item in tree.expressions:
+        assignment = item.this
+        items.append(
+            (
+                (item.text("kind") or "VARIABLE").upper(),
+                f"SET {item.sql(dialect='mysql')}",
+                f"SET {item.sql(dialect='doris')}",
+                assignment.this.name.lower() if isinstance(assignment, exp.EQ) else "",
+            )
+        )
+    return items
 
 
 def mysql_error(detail: str, code: int) -> MysqlError:
@@ -442,21 +463,19 @@ class DorisSession(MimicSession):  # type: ignore[misc]  # mysql-mimic ships no 
         """Session variables go to the Doris session; character sets, transactions and the MySQL variables
         mysql-mimic knows (autocommit, sql_mode, time_zone, ...) also go to mysql-mimic's session."""
         try:
-            tree = await off_loop(_parse_doris, stmt)
+            items = await off_loop(_set_items, stmt)
         except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
             return await self._doris(stmt)  # the executor words the syntax error
-        if not isinstance(tree, exp.Set):
+        if items is None:
             return await self._doris(stmt)
-        for item in tree.expressions:
-            text = f"SET {item.sql(dialect='mysql')}"
-            kind = (item.text("kind") or "VARIABLE").upper()
+        for kind, text, doris_text, name in items:
             if kind in ("NAMES", "CHARACTER SET", "TRANSACTION"):
                 await super().handle_query(text, attrs)
                 continue
-            await self._doris(f"SET {item.sql(dialect='doris')}")
-            assignment = item.this
-            name = assignment.this.name.lower() if isinstance(assignment, exp.EQ) else ""
-            if kind in ("VARIABLE", "SESSION", "LOCAL") and name in DORIS_VARIABLES:
+            await self._doris(doris_text)
+            # mysql-mimic parses its copy on the event loop: a value the Doris session took is short (a variable's
+            # value), and a long one stays the Doris session's alone
+            if kind in ("VARIABLE", "SESSION", "LOCAL") and name in DORIS_VARIABLES and len(text) <= OFF_LOOP_CHARS:
                 await super().handle_query(text, attrs)
         return None
 

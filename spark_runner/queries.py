@@ -747,7 +747,9 @@ class QueryViews:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             self.drop()
-        except Exception:  # the JVM stopped under the statement: its views went with it; its outcome stands
+        except Exception:
+            if exc is not None:  # as `JobGuard.__exit__`
+                raise
             log.debug("the views of a statement went with its JVM", exc_info=True)  # (an INSERT ... SELECT committed)
 
     def merged_view(
@@ -972,8 +974,11 @@ class JobGuard:
             return
         try:
             self.spark.sparkContext.removeJobTag(self.tag)
-        except Exception:  # the JVM stopped meanwhile: its tags went with it, and the statement's own outcome stands
-            log.debug("statement %s: its job tag went with its JVM", self.tag, exc_info=True)  # (an INSERT committed)
+        except Exception:
+            if exc is not None:  # a failed statement's error is then the stopped JVM's (`statement_error`)
+                raise
+            # it succeeded as the JVM stopped: its tags went with it, and its outcome stands (an INSERT committed)
+            log.debug("statement %s: its job tag went with its JVM", self.tag, exc_info=True)
         finally:
             self._watcher.join()
 

@@ -127,8 +127,10 @@ def test_a_deeply_nested_json_body_is_a_bad_request(base_url: str) -> None:
 def test_long_statements_are_parsed_off_the_mysql_event_loop(base_url: str, mysql_port: int) -> None:
     """Routing (client bookkeeping, SET) parsed a statement of up to 64 KiB on the event loop serving every client:
     a COM_QUERY of 100 such statements held it for about 100 s."""
-    chain = "+".join(["1"] * 30_000)  # 60 KB: about 1 s to tokenize and parse
-    text = f"SELECT @@version_comment, {chain}; SET @a = {chain}; SELECT @@version_comment, {chain}"
+    # 180 KB: about 1.3 s to tokenize and parse on a quiet machine, all of it on the loop before; once off the loop,
+    # the loop still waits for the GIL behind the parsing thread, up to ~0.5 s on a busy machine (CI)
+    chain = "+".join(["1"] * 90_000)
+    text = f"SET @a = {chain}"
     conn = pymysql.connect(host="127.0.0.1", port=mysql_port, user="root", password="", autocommit=True)
     delays: list[float] = []
     done = threading.Event()
@@ -153,4 +155,4 @@ def test_long_statements_are_parsed_off_the_mysql_event_loop(base_url: str, mysq
     finally:
         thread.join()
         conn.close()
-    assert delays and max(delays) < 0.4, delays
+    assert delays and max(delays) < 0.8, delays
