@@ -111,9 +111,15 @@ def spark_function_name(node: exp.Func) -> str:
 # `WITH c1 AS (SELECT .. FROM c0 UNION ALL SELECT .. FROM c0), c2 AS (.. c1 .. c1), ...` doubles with each CTE,
 # and 17 of them (1.5 KB of text) kept the JVM's driver planning past the statement's query_timeout until the
 # wedged-JVM watch killed it. Spark plans about 10 ms per copy of a small query, so this keeps planning within
-# seconds; Doris does not inline a CTE referenced more than once. A query without WITH is never refused by it
-# (its size is its own text's, which Spark's parser bounds).
+# seconds; Doris does not inline a CTE referenced more than once. A query without WITH is held to it too: Spark's
+# whole-stage codegen compiles each stage's expressions into one Java method in the driver, which no job cancel
+# reaches, and its cost grows faster than the text (`coalesce` of 5000 arguments, 49 KB, ran the 2 GB driver out
+# of memory in 53 s; 8000 CASE branches, 190 KB, too). The constants of an IN list are not counted: Spark turns them
+# into one hash set (20,000 of them plan in about 3 s).
 MAX_EXPANDED_NODES = 20_000
+# Arguments of one call (CASE's WHEN branches, COALESCE's, GREATEST's ...): one huge call is the costliest shape for
+# that compiler (2500 COALESCE arguments took 6 s, 5000 ended the JVM). Doris's `expr_children_limit` is 10000.
+MAX_EXPRESSION_CHILDREN = 1000
 
 
 class CteScope:
@@ -156,9 +162,18 @@ class CteScope:
         return None
 
 
+def _in_list_constant(node: exp.Expr) -> bool:
+    """A constant of an IN list (`k IN (1, -2, 'x', NULL)`)."""
+    if not (isinstance(node.parent, exp.In) and node.arg_key == "expressions"):
+        return False
+    inner = node.this if isinstance(node, exp.Neg) else node
+    return isinstance(inner, (exp.Literal, exp.Null, exp.Boolean))
+
+
 def expanded_size(tree: exp.Expression) -> int:
     """Nodes of the query with each reference to a WITH query counted as that query's own expanded size (its
-    definition counts nothing itself). Linear: each node is visited once, CTEs before the queries that use them."""
+    definition counts nothing itself), IN-list constants not counted. Linear: each node is visited once, CTEs
+    before the queries that use them."""
     sizes: dict[int, int] = {}
     scope = CteScope()
 
@@ -169,6 +184,8 @@ def expanded_size(tree: exp.Expression) -> int:
             node = stack.pop()
             if isinstance(node, exp.CTE) and node is not root:
                 continue  # counted where it is referenced
+            if _in_list_constant(node):
+                continue  # one hash set in Spark, whatever its length
             total += 1
             if isinstance(node, exp.Table):
                 cte = scope.cte_of(node)
@@ -195,20 +212,26 @@ def expanded_size(tree: exp.Expression) -> int:
 
 def check_query(tree: exp.Expression) -> None:
     """Raises: SqlError unless the tree is a query made only of query clauses, operators and allowed functions,
-    no larger than `MAX_EXPANDED_NODES` once its WITH queries are inlined (unless it is that large itself)."""
+    no larger than `MAX_EXPANDED_NODES` once its WITH queries are inlined, and no call has more than
+    `MAX_EXPRESSION_CHILDREN` arguments."""
     if not isinstance(tree, exp.Query):
         raise SqlError(f"Only a query is allowed here, not {tree.key.upper()}")
-    if tree.find(exp.CTE) is not None:
-        expanded = expanded_size(tree)
-        if expanded > MAX_EXPANDED_NODES and expanded > sum(1 for _ in tree.walk()):
+    expanded = expanded_size(tree)
+    if expanded > MAX_EXPANDED_NODES:
+        if tree.find(exp.CTE) is not None and expanded > sum(1 for n in tree.walk() if not _in_list_constant(n)):
             raise SqlError(
                 f"The query is too complex once its WITH queries are expanded: {expanded} nodes, more than "
                 f"{MAX_EXPANDED_NODES}; reference each WITH query fewer times"
             )
+        raise SqlError(
+            f"The query is too complex: {expanded} nodes, more than {MAX_EXPANDED_NODES}; split it into smaller queries"
+        )
     for node in tree.walk():
         if isinstance(node, exp.Func):
             if isinstance(node.parent, exp.Table) and node.arg_key == "this":
                 continue  # a table function: bind_tables decides
+            if sum(1 for _ in node.iter_expressions()) > MAX_EXPRESSION_CHILDREN:
+                raise SqlError(f"Exceeded the maximum number of child expressions ({MAX_EXPRESSION_CHILDREN}).")
             check_function(node)
         elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
             # `builtin.reflect(...)`, `system.session.f(...)`: qualified names reach other function namespaces
