@@ -141,6 +141,13 @@ class Settings(BaseSettings):
         9030, description="MySQL-protocol port (Doris FE's query_port); 0 picks a free port, logged at start."
     )
     be_port: int = Field(8040, description="BE listener port in front-end mode (Doris's webserver_port).")
+    max_running_txn_num_per_db: int = Field(
+        1000,
+        ge=1,
+        description="A two-phase stream load is refused while its database has this many unfinished (PREPARE, "
+        "PRECOMMITTED, COMMITTED) transactions (Doris's max_running_txn_num_per_db): precommitted loads hold their "
+        "files until committed, aborted or timed out.",
+    )
     precommit_timeout_seconds: float = Field(
         3600.0, description="A two-phase load left PRECOMMITTED this long is aborted (Doris's precommit timeout)."
     )

@@ -7,7 +7,8 @@
         │                  an fsync covers the append (concurrent loads share it)
         │                  sync_mode:  wait for the group's commit, reply after it is visible
         ▼
-    one worker per (table, load shape): an idle worker waits `group_commit_interval_ms` after a group's
+    one worker (queue) per table, its groups one load shape each, formed and run on at most `INSERT_THREADS`
+    threads over every table: an idle worker waits `group_commit_interval_ms` after a group's
     first load; loads that queued while its previous group ran go at once, as does a full group; then one
     Spark job over one source of every payload of the group (`group_source`: small CSV bodies split by the
     server into one inline relation, else one scan of the group's directory; rows ordered by (load, line),
@@ -39,6 +40,7 @@ aborted.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -93,7 +95,8 @@ MAX_RETRY_INTERVAL_S = 300.0  # the longest wait between two replays of a failed
 REJOIN_SHARE = 0.25  # a group formed right after another waits this share of that group's time for more
 REJOIN_MIN_S = 0.02  # ... at least this long (a client's turn from its reply to its next load)
 REJOIN_MAX_S = 0.25  # ... and at most this long
-IDLE_EXIT_S = 60.0  # a worker without loads this long ends (its table may be gone); the next load starts another
+IDLE_EXIT_S = 60.0  # a worker without loads this long is forgotten (its table may be gone); the next load makes another
+INSERT_THREADS = 10  # groups forming or running at once, over every table (Doris BE's group_commit_insert_threads)
 IN_MEMORY_BACKLOG_BYTES = 64 * 1024 * 1024  # acknowledged async payloads waiting in memory, over every table
 GROUP_INLINE_MAX_BYTES = 4 * 1024 * 1024  # a group of small CSV bodies up to this size is one inline source
 GROUP_INLINE_MAX_LINES = 65536  # ... and up to this many lines
@@ -347,6 +350,12 @@ def _segment_number(path: Path) -> int:
     return int(path.stem[4:])
 
 
+def _member_shape(member: _Member) -> str:
+    if member.shape is None:
+        member.shape = _shape(member.prepared.request)
+    return member.shape
+
+
 def _table_key(prepared: PreparedLoad) -> tuple[str, str]:
     return prepared.request.db.lower(), prepared.plan.table.name.lower()
 
@@ -363,6 +372,7 @@ class _Member:
     attempts: int = 0  # failed group jobs so far
     data: bytes | None = None  # the payload itself, when the body was small enough to be kept in memory
     rows: int = 0  # its lines, when its group's source is inline (`_inline_group`)
+    shape: str | None = None  # its `_shape`, once asked (`_member_shape`)
 
     def payload(self) -> Path | bytes:
         """Where the group reads the payload from: its bytes when kept in memory, else its file."""
@@ -468,55 +478,112 @@ class Acknowledging:
         self.committer.backlog.release(txn_id)
 
 
-class _Worker:
-    """One queue and one thread per (table, load shape): groups of one table commit one after another."""
+class _Rounds:
+    """At most `threads` group rounds at once, taken in the order they were asked for: daemon threads (a round
+    waits for its group up to the group's deadline, which must not keep the process from exiting), started as
+    rounds wait and kept once started.
 
-    def __init__(self, owner: GroupCommitter, key: tuple[str, str, str], first: Iterable[_Member] = ()) -> None:
+    A table's loads used to have a thread of their own per load shape, and every group one more that never ended:
+    400 loads of distinct `where` headers into one table left the server 600 threads (and as many Py4J connections),
+    and as many Spark jobs at once. Doris runs its group commit loads on `group_commit_insert_threads` (10)."""
+
+    def __init__(self, name: str, threads: int) -> None:
+        self._name = name
+        self._max = threads
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = 0
+        self._idle = 0  # threads waiting for a task
+        self._waiting = 0  # tasks not taken yet
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._waiting += 1
+            start = self._waiting > self._idle and self._started < self._max
+            if start:
+                self._started += 1
+        self._tasks.put(fn)
+        if start:
+            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+
+    def threads(self) -> int:
+        with self._lock:
+            return self._started
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn = self._tasks.get()
+            with self._lock:
+                self._idle -= 1
+                self._waiting -= 1
+            try:
+                fn()
+            except BaseException:  # a bug: logged, the thread serves the next round
+                log.exception("group commit round failed")
+
+
+class _Worker:
+    """One queue per table: its loads form groups of one load shape each (`_shape`), one group after another,
+    each group one round on a thread of the committer's `rounds` (at most `INSERT_THREADS` at once over every
+    table; a worker gives its thread back after each group, so busy tables take turns). Loads of another shape
+    than the group forming wait in `held` for the next groups, in their order."""
+
+    def __init__(self, owner: GroupCommitter, key: tuple[str, str], first: Iterable[_Member] = ()) -> None:
         self.owner = owner
         self.key = key
-        name = f"{key[0]}.{key[1]}"
-        self.items: queue.Queue[_Member | None] = queue.Queue()  # None: the worker stops (`GroupCommitter.close`)
-        self.replayed = bool(first)
-        for member in first:  # queued before the thread starts: they are there when its first group forms
+        self.items: queue.Queue[_Member] = queue.Queue()
+        self.held: collections.deque[_Member] = collections.deque()  # only the round running reads or writes it
+        self.scheduled = False  # a round is queued or running (under the owner's `_guard`)
+        self.idle_since = time.monotonic()
+        self.queued = 0  # loads waiting when the previous group ended (a replay: all of its loads)
+        self.last = (0, 0.0, 0.0)  # the previous group's loads, seconds and end (`time.monotonic()`)
+        for member in first:  # queued before the first round: they are there when its first group forms
             self.items.put(member)
-        self.thread = threading.Thread(target=self._loop, name=f"group-commit-{name}", daemon=True)
-        self.thread.start()
+            self.queued += 1
 
-    def _loop(self) -> None:
-        queued = self.items.qsize() if self.replayed else 0  # loads waiting when the previous group ended
-        last = (0, 0.0, 0.0)  # the previous group's loads, seconds and end (`time.monotonic()`)
-        while True:
-            batch = self._collect(queued, last)
-            if not batch:
-                return
-            started = time.monotonic()
-            run = _GroupRun()
-            self.owner.jobs.submit(functools.partial(self._commit, batch, run))
-            if not run.done.wait(group_wait(batch)):
-                self.owner.abandon_group(batch, run)
-            ended = time.monotonic()
-            last = (len(batch), ended - started, ended)
-            queued = self.items.qsize()
+    def round(self) -> None:
+        """One group (none when nothing is queued), then the next round is asked for if loads wait."""
+        try:
+            batch = self._collect(self.queued, self.last)
+            if batch:
+                started = time.monotonic()
+                run = _GroupRun()
+                self.owner.jobs.submit(functools.partial(self._commit, batch, run))
+                if not run.done.wait(group_wait(batch)):
+                    self.owner.abandon_group(batch, run)
+                ended = time.monotonic()
+                self.last = (len(batch), ended - started, ended)
+            self.queued = self.items.qsize() + len(self.held)
+        finally:
+            self.owner._next_round(self)
 
     def _collect(self, queued: int, last: tuple[int, float, float] = (0, 0, 0)) -> list[_Member]:
         """The next group (`queued`: the loads waiting when the previous group ended; `last`: that group's loads,
-        seconds and end). The first load of an idle worker waits up to the interval for company (Doris's
-        `group_commit_interval_ms`). Right after a group, the next one expects the loads that waited for it and
-        the loads the previous group's clients send next, once answered: it closes as soon as that many are in,
-        or after a short grace (`REJOIN_SHARE` of the previous group's time, between `REJOIN_MIN_S` and
-        `REJOIN_MAX_S`, at most the interval). Else sync clients split into two groups that alternate, each
-        waiting for the other's job, and a lone sync client would wait the interval on every load. A full group
-        (`max_loads`) goes at once."""
-        while True:
+        seconds and end), of the shape of the load that waited longest. The first load of an idle worker waits up
+        to the interval for company (Doris's `group_commit_interval_ms`). Right after a group, the next one
+        expects the loads that waited for it and the loads the previous group's clients send next, once answered:
+        it closes as soon as that many are in, or after a short grace (`REJOIN_SHARE` of the previous group's
+        time, between `REJOIN_MIN_S` and `REJOIN_MAX_S`, at most the interval). Else sync clients split into two
+        groups that alternate, each waiting for the other's job, and a lone sync client would wait the interval on
+        every load. A full group (`max_loads`) goes at once."""
+        if self.held:
+            first = self.held.popleft()
+        else:
             try:
-                first = self.items.get(timeout=IDLE_EXIT_S)
-                break
+                first = self.items.get_nowait()
             except queue.Empty:
-                if self.owner.retire(self):
-                    return []
-        if first is None:
-            return []
+                return []
+        shape = _member_shape(first)
         batch = [first]
+        others: collections.deque[_Member] = collections.deque()
+        for member in self.held:  # held loads of this shape join it, in their order
+            if len(batch) < self.owner.max_loads and _member_shape(member) == shape:
+                batch.append(member)
+            else:
+                others.append(member)
+        self.held = others
         size, seconds, ended = last
         now = time.monotonic()
         interval = self.owner.interval_s
@@ -530,9 +597,9 @@ class _Worker:
                 member = self.items.get(timeout=remaining) if remaining > 0 else self.items.get_nowait()
             except queue.Empty:
                 break
-            if member is None:  # closing: this group is the last
-                self.items.put(None)
-                break
+            if _member_shape(member) != shape:
+                self.held.append(member)
+                continue
             batch.append(member)
         return batch
 
@@ -603,12 +670,15 @@ class GroupCommitter:
         self.checks = StateChecks(loads.txns)
         shutil.rmtree(self.group_dir, ignore_errors=True)  # groups in flight at a crash are replayed or failed
         self.group_dir.mkdir(parents=True, exist_ok=True)
-        self._workers: dict[tuple[str, str, str], _Worker] = {}
+        self._workers: dict[tuple[str, str], _Worker] = {}
+        self.rounds = _Rounds("group-commit-round", INSERT_THREADS)  # every group's round, over every table
+        self._swept = 0.0
         # each group runs on a thread of its own, so that its worker can abandon it at its deadline; threads are
         # reused: a new Python thread is a new Py4J connection and JVM thread for its first Spark call (~1.5 ms)
         self.jobs = DaemonWorkers("group-commit-job")
         self.counters: Counter[str] = Counter({"groups": 0, "loads": 0, "spark_jobs": 0, "inline_groups": 0})
         self._guard = threading.Lock()
+        self._idle = threading.Condition(self._guard)  # a worker went idle (`close` waits for all)
 
     # -- entry point ----------------------------------------------------------------------
     def run(
@@ -667,38 +737,56 @@ class GroupCommitter:
         return member.future
 
     def _submit(self, member: _Member) -> None:
-        req = member.prepared.request
-        key = (req.db, req.table, _shape(req))
-        with self._guard:  # queued under the guard: a worker retires only while its queue is empty (`retire`)
+        key = _table_key(member.prepared)
+        with self._guard:  # queued under the guard: a worker goes idle only while it has nothing queued
             worker = self._workers.get(key)
             if worker is None:
                 worker = self._workers[key] = _Worker(self, key)
             worker.items.put(member)
+            self._schedule(worker)
+            self._forget_idle()
 
-    def retire(self, worker: _Worker) -> bool:
-        """End an idle worker (True), unless a load was queued for it meanwhile: workers of tables that were
-        dropped, or that stopped receiving grouped loads, do not pile up."""
+    def _schedule(self, worker: _Worker) -> None:
+        """Ask for a round of the worker unless one is queued or running (under `_guard`)."""
+        if not worker.scheduled:
+            worker.scheduled = True
+            self.rounds.submit(worker.round)
+
+    def _next_round(self, worker: _Worker) -> None:
+        """After a round: the next one when loads wait, else the worker is idle."""
         with self._guard:
-            if not worker.items.empty():
-                return False
-            if self._workers.get(worker.key) is worker:
-                del self._workers[worker.key]
-            return True
+            worker.scheduled = False
+            if worker.held or not worker.items.empty():
+                self._schedule(worker)
+            else:
+                worker.idle_since = time.monotonic()
+                self._idle.notify_all()
+
+    def _forget_idle(self) -> None:
+        """Drop workers idle for `IDLE_EXIT_S` (under `_guard`, at most once a second): workers of tables that
+        were dropped, or that stopped receiving grouped loads, do not pile up."""
+        now = time.monotonic()
+        if now - self._swept < 1.0:
+            return
+        self._swept = now
+        for key, worker in list(self._workers.items()):
+            if not worker.scheduled and now - worker.idle_since > IDLE_EXIT_S:
+                del self._workers[key]
 
     def _submit_all(self, members: list[_Member]) -> None:
         """Queue many loads at once (a replay): each worker finds all of its loads queued when it forms a group."""
-        by_key: dict[tuple[str, str, str], list[_Member]] = {}
+        by_key: dict[tuple[str, str], list[_Member]] = {}
         for member in members:
-            req = member.prepared.request
-            by_key.setdefault((req.db, req.table, _shape(req)), []).append(member)
+            by_key.setdefault(_table_key(member.prepared), []).append(member)
         with self._guard:
             for key, queued in by_key.items():
                 worker = self._workers.get(key)
                 if worker is None:
-                    self._workers[key] = _Worker(self, key, queued)
-                    continue
-                for member in queued:
-                    worker.items.put(member)
+                    worker = self._workers[key] = _Worker(self, key, queued)
+                else:
+                    for member in queued:
+                        worker.items.put(member)
+                self._schedule(worker)
 
     # -- write-ahead files ----------------------------------------------------------------
     def _write_wal(
@@ -1007,15 +1095,13 @@ class GroupCommitter:
             self.counters["loads"] += loads
             self.counters["spark_jobs"] += jobs
 
-    def close(self) -> None:
-        """Stop the workers once their queued loads have gone (a committer that replayed another server's WAL)."""
-        with self._guard:
-            workers = list(self._workers.values())
+    def close(self, timeout: float = 60) -> None:
+        """Return once every worker's queued loads have gone (a committer that replayed another server's WAL)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while any(w.scheduled for w in self._workers.values()) and time.monotonic() < deadline:
+                self._idle.wait(max(0.0, deadline - time.monotonic()))
             self._workers.clear()
-        for worker in workers:
-            worker.items.put(None)
-        for worker in workers:
-            worker.thread.join(timeout=60)
 
     def stats(self) -> dict[str, int]:
         """Counts since start: groups run, loads in them, their Spark jobs, WAL appends and the fsyncs they took."""

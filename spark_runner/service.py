@@ -217,11 +217,29 @@ class LoadService:
         if backend_stopped(self.spark, wait=0.0):  # refused before the label is claimed, as Doris's FE does
             raise ServiceUnavailable(NO_BACKEND_FOR_LOAD)
         handle = self._target(request)
+        if request.two_phase_commit:
+            self._check_running_txns(request)
         # the label first, as Doris's FE begins the transaction before it plans the load
         claim = self.writer.claim(
             request.db, handle.definition.name, request.label, table_uuid=str(handle.iceberg.metadata.table_uuid)
         )
         return Planning(self.writer, request, handle, claim, started)
+
+    def _check_running_txns(self, request: LoadRequest) -> None:
+        """A two-phase load begins only while its database has fewer unfinished transactions than the bound, as
+        Doris's FE begins any (`max_running_txn_num_per_db`): a precommitted load holds its files until it is
+        committed, aborted or timed out, and one user could otherwise leave any number of them.
+
+        Raises:
+            LoadError: with Doris's text (the database's name where Doris prints its id).
+        """
+        limit = request.limits.max_running_txn_num_per_db
+        running = len(self.txns.unfinished(request.db))
+        if running >= limit:
+            raise LoadError(
+                f"current running txns on db {request.db} is {running}, larger than limit {limit}",
+                code="ANALYSIS_ERROR",
+            )
 
     def _target(self, request: LoadRequest) -> TableHandle:
         return loaded_target(self.catalog, self.catalog.load(request.db, request.table), request)

@@ -52,6 +52,8 @@ class InputLimits(BaseModel):
     csv_inline_max_bytes: int = 16 * 1024  # at most this: split by the server, handed to Spark inline
     csv_inline_max_lines: int = 256  # ... and at most this many lines (INSERT ... VALUES: rows)
     csv_parquet_min_bytes: int = MIB  # at least this: split by the server into a Parquet file
+    # unfinished transactions of a database a two-phase load may begin beside (Doris's max_running_txn_num_per_db)
+    max_running_txn_num_per_db: int = 1000
 
 
 class LoadRequest(BaseModel):

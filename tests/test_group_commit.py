@@ -126,28 +126,31 @@ def test_a_label_used_twice_in_one_group_is_refused_once(doris: DorisClient, db:
     assert len(doris.rows(db, "SELECT k FROM t")) == 1
 
 
-def test_an_idle_group_worker_ends_and_a_later_load_starts_another(
-    doris: DorisClient, db: str, monkeypatch: Any
+def test_an_idle_group_worker_is_forgotten_and_a_later_load_makes_another(
+    doris: DorisClient, db: str, served_app: Any, monkeypatch: Any
 ) -> None:
-    """A table's group-commit worker thread ends once idle (here after 0.5 s): workers of dropped tables do not
-    pile up in a long-running server, and the next grouped load of a table of that name is served by a new one."""
+    """A table's group-commit worker (its queue) is forgotten once idle (here after 0.5 s, noticed by the next
+    grouped load of any table): workers of dropped tables do not pile up in a long-running server, and the next
+    grouped load of a table of that name is served by a new one. No thread is a table's own: groups run on at
+    most `INSERT_THREADS` threads over every table."""
     from spark_runner import group_commit
 
     monkeypatch.setattr(group_commit, "IDLE_EXIT_S", 0.5)
-
-    def workers() -> list[str]:
-        return [t.name for t in threading.enumerate() if t.name == f"group-commit-{db}.idle"]
-
+    committer = served_app.state.services.group_commit
+    doris.sql(db, DDL.format(name="other", mode="sync_mode"))
     for round_ in range(2):
         doris.sql(db, DDL.format(name="idle", mode="sync_mode"))
         reply = doris.stream_load(db, "idle", f"{round_},v\n", headers={"column_separator": ","}).json()
         assert_group_reply(reply, mode="sync_mode", loaded=1)
         assert doris.rows(db, "SELECT k FROM idle") == [[round_]]
+        assert (db.lower(), "idle") in committer._workers
         doris.sql(db, "DROP TABLE idle")
-        deadline = time.monotonic() + 30
-        while workers() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert workers() == []
+        time.sleep(1.1)  # idle past IDLE_EXIT_S, and past the once-a-second sweep
+        reply = doris.stream_load(db, "other", f"{round_},v\n", headers={"column_separator": ","}).json()
+        assert_group_reply(reply, mode="sync_mode", loaded=1)
+        assert (db.lower(), "idle") not in committer._workers
+    assert committer.rounds.threads() <= group_commit.INSERT_THREADS
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"group-commit-{db}")]
 
 
 def test_an_async_load_whose_table_is_dropped_while_its_body_comes_in_fails_and_is_not_owed(
