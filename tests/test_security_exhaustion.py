@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +21,29 @@ from tests.helpers import DorisClient, serving
 SHAPES = 24
 
 
+@contextmanager
+def one_table_loader(spark: Any, tmp_path: Path, **settings: Any) -> Iterator[tuple[DorisClient, DorisClient]]:
+    """A server of these settings with a table `d.t`: root's client, and that of a user holding LOAD_PRIV on it."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    config = Settings(data_dir=tmp_path, mysql_port=0, compaction_interval_seconds=0, **settings)
+    with serving(create_app(config, spark=spark), settings=config) as (url,):
+        root = DorisClient(url)
+        root.sql("d", "CREATE DATABASE d")
+        root.sql("d", "CREATE TABLE t (k INT, v VARCHAR(8)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
+        root.sql("d", "CREATE USER 'loader'@'%' IDENTIFIED BY 'pw'; GRANT LOAD_PRIV ON d.t TO 'loader'@'%'")
+        yield root, DorisClient(url, auth=("loader", "pw"))
+
+
 def group_commit_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("group-commit"))
 
 
 def test_grouped_loads_of_many_shapes_take_a_bounded_number_of_threads(spark: Any, tmp_path: Path) -> None:
-    from app.main import create_app
-    from app.settings import Settings
     from spark_runner import group_commit
 
-    settings = Settings(data_dir=tmp_path, mysql_port=0, compaction_interval_seconds=0, group_commit_interval_ms=20)
-    with serving(create_app(settings, spark=spark), settings=settings) as (url,):
-        root = DorisClient(url)
-        root.sql("d", "CREATE DATABASE d")
-        root.sql("d", "CREATE TABLE t (k INT, v VARCHAR(8)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-        root.sql("d", "CREATE USER 'loader'@'%' IDENTIFIED BY 'pw'; GRANT LOAD_PRIV ON d.t TO 'loader'@'%'")
-        loader = DorisClient(url, auth=("loader", "pw"))
+    with one_table_loader(spark, tmp_path, group_commit_interval_ms=20) as (root, loader):
         before = group_commit_threads()
         peak = [0]
         done = threading.Event()
@@ -91,16 +100,7 @@ def test_a_user_cannot_leave_more_precommitted_loads_than_the_running_transactio
     """A precommitted two-phase load holds its files until committed, aborted or `SL_PRECOMMIT_TIMEOUT_SECONDS`;
     a user with LOAD_PRIV on one table left as many as it liked. As Doris's FE, a database holds at most
     `max_running_txn_num_per_db` unfinished transactions when a two-phase load begins."""
-    from app.main import create_app
-    from app.settings import Settings
-
-    settings = Settings(data_dir=tmp_path, mysql_port=0, compaction_interval_seconds=0, max_running_txn_num_per_db=2)
-    with serving(create_app(settings, spark=spark), settings=settings) as (url,):
-        root = DorisClient(url)
-        root.sql("d", "CREATE DATABASE d")
-        root.sql("d", "CREATE TABLE t (k INT, v VARCHAR(8)) DUPLICATE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1")
-        root.sql("d", "CREATE USER 'loader'@'%' IDENTIFIED BY 'pw'; GRANT LOAD_PRIV ON d.t TO 'loader'@'%'")
-        loader = DorisClient(url, auth=("loader", "pw"))
+    with one_table_loader(spark, tmp_path, max_running_txn_num_per_db=2) as (root, loader):
         headers = {"column_separator": ",", "two_phase_commit": "true"}
         first = loader.precommit("d", "t", b"1,a\n", headers)
         loader.precommit("d", "t", b"2,b\n", headers)
