@@ -34,6 +34,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from spark_runner.arrow_frames import arrow_frame
 from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
+from spark_runner.query_memory import check_query_memory, query_session
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
 from spark_runner.supervisor import NO_BACKEND_FOR_QUERY, backend_stopped, overdue
 from spark_runner.types import storage_schema
@@ -243,11 +244,13 @@ def scan_files(
 
 def _drop_positions(rows: DataFrame, gone: DataFrame, keep: str | None, *, merge: bool = False) -> DataFrame:
     """`rows` without those at the positions `gone` names (`FILE`, `ROW`, possibly repeated), except those whose
-    `keep` column is 1. `merge`: a sort-merge join, never a broadcast of `gone` (`BROADCAST_DELETES`)."""
+    `keep` column is 1. `merge`: a sort-merge join, never a broadcast of `gone` (`BROADCAST_DELETES`); else a
+    broadcast of `gone`, said outright (a query's session broadcasts nothing by Spark's estimate,
+    `spark_runner.query_memory`)."""
     if keep is None:
-        return rows.join(gone.hint("merge") if merge else gone, [FILE, ROW], "left_anti")
+        return rows.join(gone.hint("merge") if merge else F.broadcast(gone), [FILE, ROW], "left_anti")
     marked = gone.distinct().withColumn("__gone", F.lit(True))
-    marked = marked.hint("merge") if merge else marked
+    marked = marked.hint("merge") if merge else F.broadcast(marked)
     return rows.join(marked, [FILE, ROW], "left").where(f"__gone IS NULL OR {q(keep)} = 1").drop("__gone")
 
 
@@ -531,38 +534,50 @@ def _group_may_hold(meta: pq.FileMetaData, group: int, column: int, values: pa.A
 class _Relations:
     """Tiny files' relations kept for the next read of the same file versions and deletes: a DataFrame made from
     Arrow holds its rows in the JVM and serves any number of queries, so a repeated query neither converts nor
-    ships them again. At most `rows` rows in all, the least recently used out first; an entry of a replaced
-    JVM (`spark_runner.supervisor`) is never served."""
+    ships them again. At most `rows` rows in all, the least recently used out first. An entry serves its own
+    session only (a query's temporary view of it must be in the session that runs the query: loads and queries
+    run in two, `spark_runner.query_memory`); an entry of a replaced JVM (`spark_runner.supervisor`) is never
+    served."""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
         self._held = 0
-        self._entries: OrderedDict[Hashable, tuple[object, DataFrame, int]] = OrderedDict()
+        # keyed by the session's identity; the entry holds the session, so no other object takes its id
+        self._entries: OrderedDict[tuple[int, Hashable], tuple[object, DataFrame, int]] = OrderedDict()
+        self._context: object = None  # the JVM of the entries
         self._lock = threading.Lock()
 
     def get(self, spark: SparkSession, key: Hashable) -> DataFrame | None:
+        session = spark._jsparkSession
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
+            self._same_jvm(spark)
+            entry = self._entries.get((id(session), key))
+            if entry is None or entry[0] is not session:
                 return None
-            if entry[0] is not spark._jsparkSession:  # a new JVM: every entry of the old one is gone
-                for stale in [k for k, e in self._entries.items() if e[0] is not spark._jsparkSession]:
-                    self._forget(stale)
-                return None
-            self._entries.move_to_end(key)
+            self._entries.move_to_end((id(session), key))
             return entry[1]
 
     def put(self, spark: SparkSession, key: Hashable, df: DataFrame, rows: int) -> None:
         if rows > self.rows:
             return
+        session = spark._jsparkSession
         with self._lock:
-            self._forget(key)
-            self._entries[key] = (spark._jsparkSession, df, rows)
+            self._same_jvm(spark)
+            self._forget((id(session), key))
+            self._entries[(id(session), key)] = (session, df, rows)
             self._held += rows
             while self._held > self.rows:
                 self._forget(next(iter(self._entries)))
 
-    def _forget(self, key: Hashable) -> None:
+    def _same_jvm(self, spark: SparkSession) -> None:
+        """A new JVM: every entry of the old one is gone."""
+        context = spark.sparkContext._jsc
+        if context is not self._context:
+            self._entries.clear()
+            self._held = 0
+            self._context = context
+
+    def _forget(self, key: tuple[int, Hashable]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._held -= entry[2]
@@ -738,7 +753,7 @@ class QueryViews:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+        self.spark = query_session(spark)  # (`spark_runner.query_memory`)
         self.names: list[str] = []
 
     def __enter__(self) -> QueryViews:
@@ -780,6 +795,7 @@ class QueryViews:
         """The query `text` as a DataFrame, with the column names of `names_from`, the same query as the caller
         wrote it (`text` may wrap calls in checks that rename its columns; naming analyses only: nothing runs)."""
         frame = self.spark.sql(text)
+        check_query_memory(frame)
         if text != names_from:
             frame = frame.toDF(*self.spark.sql(names_from).columns)
         return frame
@@ -879,7 +895,7 @@ def _value_bytes(column: Column, data_type: T.DataType) -> Column:
 _ROW_OVER_SHARE = "sl-result-row-over-its-share"
 
 
-def _row_bytes(df: DataFrame) -> tuple[DataFrame, Column]:
+def row_bytes(df: DataFrame) -> tuple[DataFrame, Column]:
     """`df` with positional column names (a result may repeat a name) and its rows' estimated size."""
     fields = df.schema.fields
     named = df.toDF(*(f"c{i}" for i in range(len(fields))))
@@ -889,7 +905,7 @@ def _row_bytes(df: DataFrame) -> tuple[DataFrame, Column]:
 
 def result_bytes(df: DataFrame) -> int:
     """The estimated size of the rows of `df` (one Spark job that returns one number, not the rows)."""
-    named, size = _row_bytes(df)
+    named, size = row_bytes(df)
     total = named.select(size.alias("b")).agg(F.sum("b")).first()
     return int(total[0] or 0) if total is not None else 0
 
@@ -911,7 +927,7 @@ def _bounded_rows(df: DataFrame, limit: int | None, max_bytes: int) -> list[Any]
     """
     if limit is not None and limit > 0:
         share = max_bytes // limit
-        named, size = _row_bytes(df)
+        named, size = row_bytes(df)
         guard = F.when(size > share, F.raise_error(F.lit(_ROW_OVER_SHARE))).otherwise(F.lit(True))
         try:
             return named.where(guard).limit(limit).toDF(*df.columns).collect()

@@ -392,7 +392,7 @@ _GROWTH: dict[str, tuple[Callable[[list[str]], str], str]] = {
     "rpad": (lambda a: f"CAST({a[1]} AS BIGINT)", "bytes"),
     "randstr": (lambda a: f"CAST({a[0]} AS BIGINT)", "bytes"),
     "concat": (lambda a: " + ".join(f"coalesce({_LEN.format(x)}, 0)" for x in a) or "0", "bytes"),
-    "concat_ws": (
+    "concat_ws": (  # string arguments (array ones: `_concat_ws_bound`)
         lambda a: " + ".join(f"coalesce({_LEN.format(x)}, 0)" for x in a[1:]) + f" + {_LEN.format(a[0])} * {len(a)}",
         "bytes",
     ),
@@ -431,6 +431,28 @@ def _arguments(node: exp.Func) -> list[exp.Expression]:
     return out
 
 
+# calls whose result is an array of strings: `concat_ws` joins their elements (`length` of one fails to analyse)
+_STRING_ARRAYS = frozenset(
+    "array array_agg array_compact array_distinct array_except array_intersect array_remove array_sort "
+    "array_union collect_list collect_set filter map_keys map_values slice sort_array split".split()
+)
+
+
+def _concat_ws_bound(node: exp.Func, refs: list[str]) -> str:
+    """`concat_ws`'s size: each string argument's length, each array argument's elements', and a separator after
+    each string and each element."""
+    args = _arguments(node)
+    parts = [f"{_LEN.format(refs[0])} * {len(refs)}"]
+    for arg, ref in zip(args[1:], refs[1:], strict=True):
+        call = arg.this if isinstance(arg, exp.Window) else arg  # collect_list(x) OVER (...) too
+        if isinstance(call, exp.Func) and spark_function_name(call) in _STRING_ARRAYS:
+            each = f"coalesce(length(x), 0) + {_LEN.format(refs[0])}"
+            parts.append(f"aggregate({ref}, CAST(0 AS BIGINT), (acc, x) -> acc + {each})")
+        else:
+            parts.append(f"coalesce({_LEN.format(ref)}, 0)")
+    return " + ".join(parts)
+
+
 def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expr:
     bound, kind = _GROWTH[name]
     args = [a.sql(dialect="spark", comments=False) for a in _arguments(node)]
@@ -438,7 +460,8 @@ def _capped(node: exp.Func, name: str, limits: QueryLimits) -> exp.Expr:
         return node
     limit = limits.max_string_bytes if kind == "bytes" else limits.max_generated_rows
     refs = [f"__g.a{i}" for i in range(len(args))]
-    checks = f"WHEN ({bound(refs)}) > {limit} THEN raise_error({_limit_message(name, limit, kind)}) "
+    size = _concat_ws_bound(node, refs) if name == "concat_ws" else bound(refs)
+    checks = f"WHEN ({size}) > {limit} THEN raise_error({_limit_message(name, limit, kind)}) "
     if name in _GROWTH_BYTES:
         checks += (
             f"WHEN ({_GROWTH_BYTES[name](refs)}) > {limits.max_string_bytes} "

@@ -176,6 +176,11 @@ ALLOCATORS = [
         "array_repeat would produce more than 10485760 bytes (SL_SQL_MAX_STRING_BYTES)",
         id="array-repeat-of-a-large-value",
     ),
+    pytest.param(  # 101 elements, each followed by a 200 KB separator: 20 MB
+        "SELECT length(concat_ws(repeat('-', 200000), split(repeat('a,', 100), ','))) AS x",
+        "concat_ws would produce more than 10485760 bytes (SL_SQL_MAX_STRING_BYTES)",
+        id="concat-ws-of-an-array-with-a-large-separator",
+    ),
 ]
 
 
@@ -193,6 +198,15 @@ def test_size_taking_functions_within_bounds_still_run(base_url: str, users: Use
         "length(count_min_sketch(id, 0.01D, 0.9D, 1)) > 0 AS c, size(array_repeat('ab', 1000)) AS d FROM range(1)"
     )
     assert http(base_url, users.reader, users.db, stmt) == (True, "[['1,234.50', '1.50', True, 1000]]")
+
+
+def test_concat_ws_joins_arrays_as_doris_does(base_url: str, users: Users) -> None:
+    # an array argument is bounded by its elements (its `length` does not analyse: this query used to fail)
+    stmt = (
+        "SELECT concat_ws(',', sort_array(collect_list(x))) AS a, "
+        "concat_ws('-', 'p', split('b c', ' '), array('d')) AS b FROM (SELECT CAST(id AS STRING) AS x FROM range(3)) s"
+    )
+    assert http(base_url, users.reader, users.db, stmt) == (True, "[['0,1,2', 'p-b-c-d']]")
 
 
 # -- finding 8: a result is bounded by bytes, not only rows ------------------------------------------------------
