@@ -416,6 +416,10 @@ _GROWTH_BYTES: dict[str, Callable[[list[str]], str]] = {
 # fixed bounds of sizes Spark allocates from a constant argument (checked statically, `_check_static_growth`)
 MAX_FORMAT_NUMBER_SCALE = 1000  # MySQL clamps FORMAT's decimals at 30
 MAX_SKETCH_BYTES = 16 * 1024 * 1024  # count_min_sketch's table: depth * width longs
+MAX_PERCENTILE_ACCURACY = 10_000  # Spark's default; Doris's percentile_approx compression is at most 10000 too
+_STATIC_GROWTH = frozenset(
+    "sequence format_string printf format_number count_min_sketch percentile_approx approx_percentile".split()
+)
 _NUMBER = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)(?:[dDfF]|BD|bd)?")
 _FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?[-#+ 0,(<]*(\d+)?(?:\.(\d+))?")
 
@@ -528,6 +532,12 @@ def _check_static_growth(node: exp.Func, name: str, limits: QueryLimits) -> None
     if name == "count_min_sketch":
         _check_count_min_sketch(args)
         return
+    if name in ("percentile_approx", "approx_percentile"):
+        # its sketch grows with the accuracy: 10^9 over 30M rows kept them all and ended the JVM
+        accuracy = _number_literal(args[2]) if len(args) > 2 else MAX_PERCENTILE_ACCURACY
+        if accuracy is None or accuracy > MAX_PERCENTILE_ACCURACY:
+            raise SqlError(f"{name} takes a constant accuracy of at most {MAX_PERCENTILE_ACCURACY}")
+        return
     if name == "sequence":
         ints = [_int_literal(a) for a in args]
         if any(v is None for v in ints) or len(ints) not in (2, 3):
@@ -559,7 +569,7 @@ def cap_growth(tree: exp.Expr, limits: QueryLimits) -> exp.Expr:
         if not isinstance(node, exp.Func) or isinstance(node.parent, exp.Table):
             continue
         name = spark_function_name(node)
-        if name in ("sequence", "format_string", "printf", "format_number", "count_min_sketch"):
+        if name in _STATIC_GROWTH:
             _check_static_growth(node, name, limits)
         if isinstance(node, exp.Space):  # rendered as repeat(' ', n): its one argument is the count
             name = "space"

@@ -176,6 +176,11 @@ ALLOCATORS = [
         "array_repeat would produce more than 10485760 bytes (SL_SQL_MAX_STRING_BYTES)",
         id="array-repeat-of-a-large-value",
     ),
+    pytest.param(  # the sketch grows with the accuracy: 10^9 over 30M rows kept every value and ended the JVM
+        "SELECT percentile_approx(k, 0.5, 1000000000) AS x FROM t",
+        "percentile_approx takes a constant accuracy of at most 10000",
+        id="percentile-approx-accuracy",
+    ),
     pytest.param(  # 101 elements, each followed by a 200 KB separator: 20 MB
         "SELECT length(concat_ws(repeat('-', 200000), split(repeat('a,', 100), ','))) AS x",
         "concat_ws would produce more than 10485760 bytes (SL_SQL_MAX_STRING_BYTES)",
@@ -195,9 +200,10 @@ def test_size_taking_functions_are_bounded(base_url: str, users: Users, rows: No
 def test_size_taking_functions_within_bounds_still_run(base_url: str, users: Users) -> None:
     stmt = (
         "SELECT format_number(1234.5, 2) AS a, format_number(1.5, '#.00') AS b, "
-        "length(count_min_sketch(id, 0.01D, 0.9D, 1)) > 0 AS c, size(array_repeat('ab', 1000)) AS d FROM range(1)"
+        "length(count_min_sketch(id, 0.01D, 0.9D, 1)) > 0 AS c, size(array_repeat('ab', 1000)) AS d, "
+        "percentile_approx(id, 0.5, 10000) AS e FROM range(1)"
     )
-    assert http(base_url, users.reader, users.db, stmt) == (True, "[['1,234.50', '1.50', True, 1000]]")
+    assert http(base_url, users.reader, users.db, stmt) == (True, "[['1,234.50', '1.50', True, 1000, 0]]")
 
 
 def test_concat_ws_joins_arrays_as_doris_does(base_url: str, users: Users) -> None:
