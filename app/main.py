@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_runner.compaction import CompactionResult
+    from spark_runner.scratch import ScratchWatch
 
 log = logging.getLogger("app")
 
@@ -45,6 +46,7 @@ def build_services(
     from spark_runner.compaction import CompactionPolicy, Compactor
     from spark_runner.group_commit import GroupCommitter
     from spark_runner.routine_load import RoutineLoadManager
+    from spark_runner.scratch import LOCAL_DIR, clear, scratch_conf
     from spark_runner.service import LoadService
     from spark_runner.session import build_session
     from spark_runner.supervisor import SparkHandle
@@ -74,10 +76,16 @@ def build_services(
     shared_dir = settings.resolved_shared_dir
     shared_dir.mkdir(parents=True, exist_ok=True)
 
+    # Spark's shuffles and spills go to a folder of the data dir, emptied before each JVM (spark_runner/scratch.py)
+    spark_local = data_dir / "spark-local"
+    spark_conf = scratch_conf(spark_local, dict(settings.spark_conf))
+
     def new_session() -> SparkSession:
         if (problem := master_problem(settings.spark_master)) is not None:
             raise ClusterProblem(problem)
-        return build_session(master=settings.spark_master, conf=settings.spark_conf)
+        if spark_conf[LOCAL_DIR] == str(spark_local):
+            clear(spark_local)  # what the JVM before this one left (a killed JVM removes nothing)
+        return build_session(master=settings.spark_master, conf=spark_conf)
 
     on_cluster = not is_local(settings.spark_master)
     # every service gets the handle: a JVM that stops is replaced under them (spark_runner/supervisor.py); on a
@@ -334,6 +342,26 @@ async def dynamic_partition_loop(services: Services) -> None:
             log.exception("dynamic partition pass failed")
 
 
+def watch_scratch(settings: Settings, services: Services) -> ScratchWatch | None:
+    """The watch on Spark's scratch folder (spark_runner/scratch.py), started; None when it is unbounded or the
+    operator's own `spark.local.dir` replaces it."""
+    from spark_runner.columns import java_class
+    from spark_runner.queries import JobGuard
+    from spark_runner.scratch import LOCAL_DIR, ScratchWatch
+
+    folder = settings.resolved_data_dir / "spark-local"
+    if settings.spark_scratch_max_bytes <= 0 or LOCAL_DIR in settings.spark_conf:
+        return None
+    watch = ScratchWatch(
+        folder,
+        settings.spark_scratch_max_bytes,
+        cancel=JobGuard.cancel_all,
+        collect=lambda: java_class("java.lang.System").gc(),
+    )
+    watch.start()
+    return watch
+
+
 def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAPI:
     """The application; `spark` is a seam for tests that share one SparkSession."""
     settings = settings or Settings()
@@ -368,6 +396,7 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
         app.state.mysql_port = bound_port(mysql)
         log.info("MySQL protocol on %s:%d", settings.host, app.state.mysql_port)
         services.spark.watch()
+        scratch = watch_scratch(settings, services)
         warm_up = None
         if settings.warm_up_seconds > 0:
             from app.warm_up import WarmUp
@@ -394,6 +423,8 @@ def create_app(settings: Settings | None = None, *, spark: Any = None) -> FastAP
             if warm_up is not None:
                 await run_in_threadpool(warm_up.close)
             trimming.cancel()
+            if scratch is not None:
+                await run_in_threadpool(scratch.close)
             task.cancel()
             partitioning.cancel()
             taking_over.cancel()

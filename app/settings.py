@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         "`query_timeout`) may go on before the JVM counts as wedged and is replaced, as a JVM that stopped is: a task "
         "that ignores its cancel (a backtracking regex) would otherwise hold its core for good. 0: never.",
     )
+    spark_scratch_max_bytes: int = Field(
+        20 * 1024**3,
+        ge=0,
+        description="Bytes Spark's scratch folder (`<data dir>/spark-local`: shuffles and spills) may hold while SQL "
+        "statements run: past it they are cancelled (loads go on). 0: no bound.",
+    )
     spark_cluster_check_timeout_seconds: float = Field(
         120.0,
         gt=0,

@@ -964,6 +964,9 @@ class JobGuard:
     the statement ends (a statement may start several jobs). Job tags belong to the calling thread.
     """
 
+    _running: set[JobGuard] = set()  # every statement running in this process (`cancel_all`)
+    _running_lock = threading.Lock()
+
     def __init__(self, spark: SparkSession, *, timeout_seconds: float) -> None:
         self.spark = spark
         self.tag = f"sl-statement-{uuid.uuid4().hex}"
@@ -981,13 +984,26 @@ class JobGuard:
             return self
         self._tagged = True
         self._watcher.start()
+        with JobGuard._running_lock:
+            JobGuard._running.add(self)
         return self
+
+    @classmethod
+    def cancel_all(cls, reason: str) -> int:
+        """Cancel every running statement (`cancel`); returns how many were running."""
+        with cls._running_lock:
+            running = list(cls._running)
+        for guard in running:
+            guard.cancel(reason)
+        return len(running)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._done.set()
         overdue.returned(self.tag)
         if not self._tagged:
             return
+        with JobGuard._running_lock:
+            JobGuard._running.discard(self)
         try:
             self.spark.sparkContext.removeJobTag(self.tag)
         except Exception:

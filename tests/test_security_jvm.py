@@ -25,6 +25,7 @@ from tests.helpers import AUTH, assert_doris_result
 from tests.server_process import ServerProcess
 
 DB = "jvm"
+SCRATCH_BOUND = 48 * 1024 * 1024
 DDL = "CREATE TABLE {name} (k INT NOT NULL, v VARCHAR(16)) UNIQUE KEY(k) DISTRIBUTED BY HASH(k) BUCKETS 1"
 NO_BACKEND = "[SERVICE_UNAVAILABLE]No backend available for load, please check the status of your backends."
 NO_SCAN_NODE = (
@@ -69,11 +70,15 @@ def test_the_driver_jvm_runs_the_throughput_collector(spark: Any) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("jvm")
+    # what a killed JVM of an earlier run left in Spark's scratch folder
+    (tmp / "data" / "spark-local" / "blockmgr-left-behind").mkdir(parents=True)
+    (tmp / "data" / "spark-local" / "blockmgr-left-behind" / "shuffle_0_0_0.data").write_bytes(b"x" * 4096)
     proc = ServerProcess(tmp / "data", tmp / "server.log")
     proc.start(
         SL_SPARK_CONF=json.dumps({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "512m"}),
         SL_PAUSE_AT="job:stuck:once,job:gstuck:once",
         SL_SQL_MAX_RESULT_BYTES=str(64 * 1024**3),  # an operator's result cap far past the heap (the way to OOM)
+        SL_SPARK_SCRATCH_MAX_BYTES=str(SCRATCH_BOUND),
     )
     proc.sql("x", f"CREATE DATABASE {DB}")
     for name in ("stuck", "survivor"):
@@ -220,3 +225,23 @@ def test_a_job_that_finishes_after_its_load_was_abandoned_commits_nothing(tmp_pa
     assert not seen["directory"].exists(), "the abandoned load's late files were left behind"
     assert [txns.get(t).state for t in (late, following)] == ["ABORTED", "VISIBLE"]  # type: ignore[union-attr]
     assert catalog.load(DB, "t").iceberg.current_snapshot() is None
+
+
+def test_spark_scratch_is_a_data_dir_folder_emptied_before_the_jvm_starts(server: ServerProcess) -> None:
+    scratch = server.data_dir / "spark-local"
+    assert not (scratch / "blockmgr-left-behind").exists()
+    assert any(p.name.startswith("blockmgr-") for p in scratch.iterdir()), list(scratch.iterdir())
+
+
+def test_a_query_writing_past_the_scratch_bound_is_cancelled_and_loads_go_on(server: ServerProcess) -> None:
+    assert_doris_result(server.load(DB, "survivor", b"".join(b"%d,s\n" % k for k in range(1000, 1100))))
+    # 10^6 distinct 128-character digests: ~150 MB of shuffled rows that do not compress, over the 48 MB bound
+    digests = (
+        "SELECT count(DISTINCT sha2(concat(a.k, '-', b.k, '-', c.k), 512)) FROM survivor a, survivor b, survivor c"
+    )
+    started = time.monotonic()
+    cut = query(server, digests)
+    assert cut["code"] == 1 and "(SL_SPARK_SCRATCH_MAX_BYTES)" in cut["data"], cut
+    assert time.monotonic() - started < 60
+    assert_doris_result(server.load(DB, "survivor", b"-5,after\n"), loaded=1)
+    assert query(server, "SELECT count(*) FROM survivor WHERE k = -5")["data"]["data"] == [[1]]
