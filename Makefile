@@ -55,6 +55,7 @@ bench: install
 	$(PY) bench/memory.py
 	$(PY) bench/group_commit.py
 	$(PY) bench/partitions.py
+	$(PY) bench/queries.py
 
 # regenerate openapi/openapi.json from the app (tests/test_openapi.py fails when it is stale)
 openapi: install
