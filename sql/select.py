@@ -349,6 +349,7 @@ def bind_tables(
     copies = list(tree.find_all(exp.Table))  # the same walk of a copy: the same order
     exempt = next((c for o, c in zip(originals, copies, strict=True) if o is row_source), None)
     scope = CteScope()
+    named: set[tuple[str, str]] = set()  # (db, table) of the references a column may name as `db.table.column`
     for table in copies:
         if not isinstance(table.this, exp.Identifier):
             _check_table_function(table, limits)
@@ -373,9 +374,14 @@ def bind_tables(
         view = views.merged_view(handle, show_hidden=show_hidden, pinned=pinned, partitions=partitions)
         if not table.alias:
             table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+            named.add(((table_db or db).lower(), name.lower()))
         table.set("this", exp.to_identifier(view))
         table.set("db", None)
         table.set("catalog", None)
+    for column in tree.find_all(exp.Column):  # `db.t.k` (Doris, MySQL) names the column `k` of the reference `t`
+        if column.args.get("db") is not None and (column.text("db").lower(), column.table.lower()) in named:
+            column.set("db", None)
+            column.set("catalog", None)
     return tree
 
 

@@ -225,6 +225,9 @@ def test_queries_join_and_aggregate_merged_tables(doris: DorisClient, db: str) -
     doris.sql(db, "INSERT INTO b VALUES (1, 'x'), (3, 'z')")
     assert doris.rows(db, "SELECT count(*), sum(v) FROM a") == [[2, 102]]
     assert doris.rows(db, f"SELECT a.k, a.v, b.w FROM a JOIN {db}.b AS b ON a.k = b.k") == [[1, 100, "x"]]
+    # a column named with its database and table, as Doris and MySQL allow
+    assert doris.rows(db, f"SELECT {db}.a.v FROM {db}.a WHERE {db}.a.k = 2") == [[2]]
+    assert doris.rows(db, f"SELECT {db}.a.k, b.w FROM a JOIN {db}.b ON {db}.a.k = {db}.b.k") == [[1, "x"]]
     assert doris.rows(db, "SELECT k FROM a WHERE v > 50 ORDER BY k LIMIT 1") == [[1]]
     # value predicates apply after the merge: the old row v=1 of key 1 is not returned
     assert doris.rows(db, "SELECT k FROM a WHERE v = 1") == []
