@@ -791,11 +791,11 @@ class QueryViews:
         self.names.append(view)
         return view
 
-    def frame(self, text: str, *, names_from: str) -> DataFrame:
+    def frame(self, text: str, *, names_from: str, value_bytes: int = 10 * 1024 * 1024) -> DataFrame:
         """The query `text` as a DataFrame, with the column names of `names_from`, the same query as the caller
         wrote it (`text` may wrap calls in checks that rename its columns; naming analyses only: nothing runs)."""
         frame = self.spark.sql(text)
-        check_query_memory(frame)
+        check_query_memory(frame, value_bytes=value_bytes)
         if text != names_from:
             frame = frame.toDF(*self.spark.sql(names_from).columns)
         return frame

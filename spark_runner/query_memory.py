@@ -30,6 +30,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from spark_runner.columns import java_class, per_jvm
 from tables.errors import SqlError
@@ -67,6 +68,7 @@ MAX_AGGREGATE_BYTES = 128 * 1024 * 1024
 HASHED_GROUPS = 128
 VALUE_OVERHEAD = 48  # a value's object and its reference in the buffer, besides its bytes
 MAX_MEASURES = 32  # measuring jobs one statement may need
+MAX_TOP_K_BYTES = 256 * 1024 * 1024  # the rows `ORDER BY ... LIMIT n` keeps whole, as wide as they can be
 
 
 def query_session(spark: SparkSession) -> SparkSession:
@@ -82,10 +84,12 @@ def query_session(spark: SparkSession) -> SparkSession:
     return found
 
 
-def check_query_memory(frame: DataFrame) -> None:
+def check_query_memory(frame: DataFrame, *, value_bytes: int = 10 * 1024 * 1024) -> None:
     """Measure what `frame` would make Spark hold whole (module doc) before it runs: each aggregate group's buffer,
     then each side Spark must broadcast. Each measuring job first has its own input checked the same way (an
     aggregate's input may hold such a join, a broadcast side such an aggregate), innermost first.
+
+    `value_bytes`: the largest string a query can make (`SL_SQL_MAX_STRING_BYTES`), for the top-k's static bound.
 
     Raises:
         SqlError: something would hold more than its bound, or the query needs more than `MAX_MEASURES` measures.
@@ -93,6 +97,7 @@ def check_query_memory(frame: DataFrame) -> None:
     budget = [MAX_MEASURES]
     _check_aggregates(frame, budget)
     _check_broadcasts(frame, budget)
+    _check_top_k(frame, budget, value_bytes)
 
 
 def _spend(budget: list[int]) -> None:
@@ -146,6 +151,50 @@ def _check_broadcasts(frame: DataFrame, budget: list[int]) -> None:
                 f"without an equality condition, or NOT IN) has more than {MAX_BROADCAST_ROWS} rows or "
                 f"{MAX_BROADCAST_BYTES} bytes; join on an equality of the two sides' columns or filter that side"
             )
+
+
+def _check_top_k(frame: DataFrame, budget: list[int], value_bytes: int) -> None:
+    """`ORDER BY ... LIMIT n` keeps its n first rows whole in a heap per task (Spark's take-ordered): n rows as
+    wide as the query can make them must fit `MAX_TOP_K_BYTES`, else their widest row is measured first."""
+    plan = frame._jdf.queryExecution().optimizedPlan()
+    if "LocalLimit" not in plan.toString():
+        return
+    session = frame.sparkSession
+    for node in _post_order(plan):
+        if node.getClass().getSimpleName() != "LocalLimit" or not node.limitExpr().foldable():
+            continue
+        below = node.child()
+        while below.getClass().getSimpleName() == "Project":
+            below = below.child()
+        if below.getClass().getSimpleName() != "Sort" or not getattr(below, "global")():  # (a Python keyword)
+            continue
+        rows = int(node.limitExpr().eval(None))
+        kept = DataFrame(_of_rows(session, below.child()), session)
+        widest = sum(_static_width(f.dataType, value_bytes) for f in kept.schema.fields)
+        if rows * widest <= MAX_TOP_K_BYTES:
+            continue
+        _spend(budget)
+        from spark_runner.queries import row_bytes  # (queries imports this module)
+
+        named, size = row_bytes(kept)
+        measured = named.select(F.max(size)).first()
+        widest = int(measured[0] or 0) if measured is not None else 0
+        if rows * widest > MAX_TOP_K_BYTES:
+            raise SqlError(
+                f"The query is too large to run: ORDER BY ... LIMIT {rows} keeps its first {rows} rows whole, and "
+                f"a row takes up to {widest} bytes: more than {MAX_TOP_K_BYTES} bytes at once; use a smaller LIMIT "
+                "or select fewer or smaller columns"
+            )
+
+
+def _static_width(data_type: T.DataType, value_bytes: int) -> int:
+    """The most bytes one value of `data_type` can take in a query: a fixed width, a string's cap, or (a nested
+    value, whose size no cap states) more than any top-k may hold."""
+    if isinstance(data_type, (T.StringType, T.BinaryType, T.VarcharType, T.CharType)):
+        return value_bytes
+    if isinstance(data_type, (T.ArrayType, T.MapType, T.StructType, T.VariantType)):
+        return MAX_TOP_K_BYTES + 1
+    return 16
 
 
 def _buffered_aggregates(plan: Any) -> list[tuple[Any, list[Any]]]:

@@ -627,7 +627,7 @@ def run_query(
     except PatternRefused as exc:
         raise SqlError(str(exc)) from None
     # the capped text may rename its columns: the frame keeps the names the caller wrote
-    return views.frame(query_sql(cap_growth(patterned, limits)), names_from=plain)
+    return views.frame(query_sql(cap_growth(patterned, limits)), names_from=plain, value_bytes=limits.max_string_bytes)
 
 
 def run_select(ctx: SqlContext, tree: exp.Expression, session: Session) -> ResultSet:

@@ -120,3 +120,22 @@ def test_aggregates_that_keep_values_still_answer_within_the_bound(reader: tuple
     assert client.rows(db, "SELECT length(group_concat(v)) FROM t") == [[joined]]
     windowed = "SELECT max(s) FROM (SELECT size(collect_list(v) OVER (PARTITION BY k % 100)) s FROM t) w"
     assert client.rows(db, windowed) == [[1000]]
+
+
+def test_order_by_limit_of_rows_too_wide_to_keep_is_refused(
+    reader: tuple[DorisClient, str], doris: DorisClient
+) -> None:
+    client, db = reader
+    # Spark keeps the first n rows whole in a heap: 1000 rows of 300 KB are over the 256 MB bound
+    wide = "SELECT r FROM (SELECT repeat(v, 30000) r FROM t WHERE k < 2000 ORDER BY r LIMIT 1000) x WHERE length(r) < 0"
+    error = client.sql_error(db, f"SELECT count(*) FROM ({wide}) y")
+    assert "ORDER BY ... LIMIT 1000 keeps its first 1000 rows whole" in error, error
+    assert client.rows(db, "SELECT k FROM t ORDER BY v DESC LIMIT 2") == [[99999], [99998]]
+    assert client.rows(db, "SELECT length(r) FROM (SELECT repeat(v, 30000) r FROM t ORDER BY k LIMIT 5) x") == [
+        [180000],
+        [180000],
+        [180000],
+        [180000],
+        [180000],
+    ]
+    assert doris.rows(db, "SELECT count(*) FROM t") == [[ROWS]]
