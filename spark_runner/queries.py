@@ -34,7 +34,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from spark_runner.arrow_frames import arrow_frame
 from spark_runner.buckets import key_buckets
 from spark_runner.merge import merge_rows
-from spark_runner.query_memory import check_query_memory, query_session
+from spark_runner.query_memory import bounded_rows, check_query_memory, query_session
 from spark_runner.sqltext import default_sql, lit, q, storage_type_sql, value_type_sql
 from spark_runner.supervisor import NO_BACKEND_FOR_QUERY, backend_stopped, overdue
 from spark_runner.types import storage_schema
@@ -879,70 +879,11 @@ class ResultSet:
 
 
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
-_FIXED_WIDTH = 16  # a number, date, timestamp, boolean or interval as the result carries it (an estimate)
-
-
-def _value_bytes(column: Column, data_type: T.DataType) -> Column:
-    """An estimate of one value's size in the result: a string's or binary's bytes, a nested value's text, or a
-    fixed width for the rest (computed by Spark next to the value, without moving the value)."""
-    if isinstance(data_type, (T.StringType, T.BinaryType)):
-        return F.coalesce(F.octet_length(column).cast("bigint"), F.lit(0)) + F.lit(1)
-    if isinstance(data_type, (T.ArrayType, T.MapType, T.StructType, T.VariantType)):
-        return F.coalesce(F.octet_length(column.cast("string")).cast("bigint"), F.lit(0)) + F.lit(1)
-    return F.lit(_FIXED_WIDTH)
-
-
-_ROW_OVER_SHARE = "sl-result-row-over-its-share"
-
-
-def row_bytes(df: DataFrame) -> tuple[DataFrame, Column]:
-    """`df` with positional column names (a result may repeat a name) and its rows' estimated size."""
-    fields = df.schema.fields
-    named = df.toDF(*(f"c{i}" for i in range(len(fields))))
-    sizes = [_value_bytes(F.col(f"c{i}"), f.dataType) for i, f in enumerate(fields)]
-    return named, functools.reduce(lambda a, b: a + b, sizes, F.lit(0).cast("bigint"))
-
-
-def result_bytes(df: DataFrame) -> int:
-    """The estimated size of the rows of `df` (one Spark job that returns one number, not the rows)."""
-    named, size = row_bytes(df)
-    total = named.select(size.alias("b")).agg(F.sum("b")).first()
-    return int(total[0] or 0) if total is not None else 0
-
-
-def result_too_large(cap: int) -> SqlError:
-    return SqlError(
-        f"Result set is larger than {cap} bytes (SL_SQL_MAX_RESULT_BYTES): add a LIMIT or select fewer or "
-        "smaller columns"
-    )
-
-
-def _bounded_rows(df: DataFrame, limit: int | None, max_bytes: int) -> list[Any]:
-    """The rows of `df` (at most `limit`), refused past `max_bytes`, without ever collecting more than that.
-
-    A collect holds every row in the Spark driver at once (a 3 GB result ends the JVM), so the bytes are bounded
-    before the rows arrive. With a row limit, each row may take its share, `max_bytes // limit`: the rows are
-    collected with a check that fails the job on a larger row (usually nothing more is run). A result with a
-    larger row, or with no row limit, is first measured by one job that returns only its size.
-    """
-    if limit is not None and limit > 0:
-        share = max_bytes // limit
-        named, size = row_bytes(df)
-        guard = F.when(size > share, F.raise_error(F.lit(_ROW_OVER_SHARE))).otherwise(F.lit(True))
-        try:
-            return named.where(guard).limit(limit).toDF(*df.columns).collect()
-        except (PySparkException, Py4JError) as exc:
-            if _ROW_OVER_SHARE not in str(exc):
-                raise
-    limited = df.limit(limit) if limit is not None else df
-    if result_bytes(limited) > max_bytes:
-        raise result_too_large(max_bytes)
-    return limited.collect()
 
 
 def collect_result(df: DataFrame, *, limit: int | None = None, max_bytes: int | None = None) -> ResultSet:
     """Run a query DataFrame and render its rows and metadata: at most `limit` rows and `max_bytes` bytes
-    (estimated as Spark holds them, `_bounded_rows`).
+    (estimated as Spark holds them, `query_memory.bounded_rows`).
 
     Raises:
         SqlError: the result is larger than `max_bytes`.
@@ -951,7 +892,7 @@ def collect_result(df: DataFrame, *, limit: int | None = None, max_bytes: int | 
     if max_bytes is None:
         data = df.limit(limit).collect() if limit is not None else df.collect()
     else:
-        data = _bounded_rows(df, limit, max_bytes)
+        data = bounded_rows(df, limit, max_bytes)
     meta = [(f.name, mysql_type_name(f.dataType)) for f in df.schema.fields]
     rows = [[render_value(v) for v in row] for row in data]
     return ResultSet(columns=meta, rows=rows, time_ms=int((time.monotonic() - start) * 1000))

@@ -28,6 +28,8 @@ import logging
 import re
 from typing import Any
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -41,8 +43,10 @@ QUERY_CONF = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.adaptive.autoBroadcastJoinThreshold": "10MB",
 }
+# `without_top_k`: ORDER BY ... LIMIT n as a sort that spills, not Spark's heap of n whole rows per task
+SORTED_CONF = {**QUERY_CONF, "spark.sql.execution.topKSortFallbackThreshold": "0"}
 # a side Spark must broadcast whole is refused past either bound (as Spark estimates rows in memory: the values'
-# bytes and 16 bytes a value besides, `queries.row_bytes`); a hash relation takes ~2x that in the heap
+# bytes and 16 bytes a value besides, `row_bytes`); a hash relation takes ~2x that in the heap
 MAX_BROADCAST_ROWS = 1_000_000
 MAX_BROADCAST_BYTES = 64 * 1024 * 1024
 
@@ -73,14 +77,24 @@ MAX_TOP_K_BYTES = 256 * 1024 * 1024  # the rows `ORDER BY ... LIMIT n` keeps who
 
 def query_session(spark: SparkSession) -> SparkSession:
     """The session user queries run in (one per JVM, sharing its SparkContext): `QUERY_CONF` on the server's."""
+    return _session(spark, "_sl_query_session", QUERY_CONF)
 
+
+def without_top_k(frame: DataFrame) -> DataFrame:
+    """`frame` planned again where `ORDER BY ... LIMIT n` sorts every row (in Spark's memory manager: it spills to
+    disk) and then takes n, instead of keeping each task's first n rows whole in a heap (`SORTED_CONF`)."""
+    session = _session(frame.sparkSession, "_sl_sorted_session", SORTED_CONF)
+    return DataFrame(_of_rows(session, frame._jdf.queryExecution().analyzed()), session)
+
+
+def _session(spark: SparkSession, name: str, conf: dict[str, str]) -> SparkSession:
     def build() -> SparkSession:
         session = spark.newSession()
-        for key, value in QUERY_CONF.items():
+        for key, value in conf.items():
             session.conf.set(key, value)
         return session
 
-    found: SparkSession = per_jvm("_sl_query_session", build)
+    found: SparkSession = per_jvm(name, build)
     return found
 
 
@@ -95,9 +109,11 @@ def check_query_memory(frame: DataFrame, *, value_bytes: int = 10 * 1024 * 1024)
         SqlError: something would hold more than its bound, or the query needs more than `MAX_MEASURES` measures.
     """
     budget = [MAX_MEASURES]
-    _check_aggregates(frame, budget)
-    _check_broadcasts(frame, budget)
-    _check_top_k(frame, budget, value_bytes)
+    plan = frame._jdf.queryExecution().optimizedPlan()
+    text = plan.toString()
+    _check_aggregates(frame, budget, plan, text)
+    _check_broadcasts(frame, budget, text)
+    _check_top_k(frame, budget, value_bytes, plan, text)
 
 
 def _spend(budget: list[int]) -> None:
@@ -109,9 +125,11 @@ def _spend(budget: list[int]) -> None:
         )
 
 
-def _check_aggregates(frame: DataFrame, budget: list[int]) -> None:
-    plan = frame._jdf.queryExecution().optimizedPlan()
-    if _BUFFERED_NAME.search(plan.toString()) is None:
+def _check_aggregates(frame: DataFrame, budget: list[int], plan: Any = None, text: str | None = None) -> None:
+    """`plan` and `text`: `frame`'s optimized plan and its text, when the caller has them."""
+    if plan is None:
+        plan = frame._jdf.queryExecution().optimizedPlan()
+    if _BUFFERED_NAME.search(text if text is not None else plan.toString()) is None:
         return
     session = frame.sparkSession
     for node, functions in _buffered_aggregates(plan):
@@ -131,9 +149,10 @@ def _check_aggregates(frame: DataFrame, budget: list[int]) -> None:
             )
 
 
-def _check_broadcasts(frame: DataFrame, budget: list[int]) -> None:
+def _check_broadcasts(frame: DataFrame, budget: list[int], text: str | None = None) -> None:
+    """`text`: `frame`'s optimized plan's text, when the caller has it."""
     execution = frame._jdf.queryExecution()
-    if _JOIN.search(execution.optimizedPlan().toString()) is None:
+    if _JOIN.search(text if text is not None else execution.optimizedPlan().toString()) is None:
         return  # no join: no physical plan made for this look (it costs 5-15 ms)
     plan = execution.executedPlan()
     if _BROADCAST_JOIN.search(plan.toString()) is None:
@@ -153,11 +172,10 @@ def _check_broadcasts(frame: DataFrame, budget: list[int]) -> None:
             )
 
 
-def _check_top_k(frame: DataFrame, budget: list[int], value_bytes: int) -> None:
+def _check_top_k(frame: DataFrame, budget: list[int], value_bytes: int, plan: Any, text: str) -> None:
     """`ORDER BY ... LIMIT n` keeps its n first rows whole in a heap per task (Spark's take-ordered): n rows as
     wide as the query can make them must fit `MAX_TOP_K_BYTES`, else their widest row is measured first."""
-    plan = frame._jdf.queryExecution().optimizedPlan()
-    if "LocalLimit" not in plan.toString():
+    if "LocalLimit" not in text:
         return
     session = frame.sparkSession
     for node in _post_order(plan):
@@ -174,8 +192,6 @@ def _check_top_k(frame: DataFrame, budget: list[int], value_bytes: int) -> None:
         if rows * widest <= MAX_TOP_K_BYTES:
             continue
         _spend(budget)
-        from spark_runner.queries import row_bytes  # (queries imports this module)
-
         named, size = row_bytes(kept)
         measured = named.select(F.max(size)).first()
         widest = int(measured[0] or 0) if measured is not None else 0
@@ -282,10 +298,88 @@ def _of_rows(session: SparkSession, plan: Any) -> Any:
 
 def _measure(side: DataFrame) -> tuple[int, int]:
     """Rows (counted to one past the bound) and estimated bytes of `side`: one job that returns two numbers."""
-    from spark_runner.queries import row_bytes  # (queries imports this module)
-
     named, size = row_bytes(side.limit(MAX_BROADCAST_ROWS + 1))
     counted = named.select(size.alias("b")).agg(F.count(F.lit(1)), F.sum("b")).first()
     if counted is None:
         return 0, 0
     return int(counted[0]), int(counted[1] or 0)
+
+
+# The rows a statement returns: a collect holds them all in the driver at once (a 3 GB result ended the JVM).
+
+_FIXED_WIDTH = 16  # a number, date, timestamp, boolean or interval as the result carries it (an estimate)
+_ROW_OVER_SHARE = "sl-result-row-over-its-share"
+_TAKE_ORDERED = re.compile(r"\bTakeOrderedAndProject\b")  # Spark's heap of the first rows (physical plan text)
+
+
+def _value_bytes(column: Column, data_type: T.DataType) -> Column:
+    """An estimate of one value's size in the result: a string's or binary's bytes, a nested value's text, or a
+    fixed width for the rest (computed by Spark next to the value, without moving the value)."""
+    if isinstance(data_type, (T.StringType, T.BinaryType)):
+        return F.coalesce(F.octet_length(column).cast("bigint"), F.lit(0)) + F.lit(1)
+    if isinstance(data_type, (T.ArrayType, T.MapType, T.StructType, T.VariantType)):
+        return F.coalesce(F.octet_length(column.cast("string")).cast("bigint"), F.lit(0)) + F.lit(1)
+    return F.lit(_FIXED_WIDTH)
+
+
+def row_bytes(df: DataFrame) -> tuple[DataFrame, Column]:
+    """`df` with positional column names (a result may repeat a name) and its rows' estimated size."""
+    fields = df.schema.fields
+    named = df.toDF(*(f"c{i}" for i in range(len(fields))))
+    sizes = [_value_bytes(F.col(f"c{i}"), f.dataType) for i, f in enumerate(fields)]
+    return named, functools.reduce(lambda a, b: a + b, sizes, F.lit(0).cast("bigint"))
+
+
+def result_bytes(df: DataFrame) -> int:
+    """The estimated size of the rows of `df` (one Spark job that returns one number, not the rows)."""
+    named, size = row_bytes(df)
+    return _total(named.select(size.alias("b")))
+
+
+def _total(sizes: DataFrame) -> int:
+    found = sizes.agg(F.sum("b")).first()
+    return int(found[0] or 0) if found is not None else 0
+
+
+def result_too_large(cap: int) -> SqlError:
+    return SqlError(
+        f"Result set is larger than {cap} bytes (SL_SQL_MAX_RESULT_BYTES): add a LIMIT or select fewer or "
+        "smaller columns"
+    )
+
+
+def bounded_rows(df: DataFrame, limit: int | None, max_bytes: int) -> list[Any]:
+    """The rows of `df` (at most `limit`), refused past `max_bytes`, without ever holding more than that.
+
+    With a row limit, each row may take its share, `max_bytes // limit`: the rows are collected with a check that
+    fails the job on a larger row (usually nothing more is run). A result with a larger row, or with no row limit,
+    is first measured by jobs that return only sizes. In an order (`ORDER BY`, no LIMIT of its own: the row limit
+    makes its top-k), Spark keeps each task's first `limit` rows whole in a heap (take-ordered), whichever of them
+    end in the result (1,000 rows of 2 MB ended the 2 GB JVM in 8.6 s): one job measures the narrowest and the
+    widest row. Past `limit` narrowest rows the result is refused; within `limit` widest ones it is collected as
+    planned; between the two the rows are sorted where a sort spills to disk (`without_top_k`) and the first
+    `limit` measured. (An ORDER BY's own LIMIT was bounded before the query ran, `_check_top_k`.)
+    """
+    if limit is not None and limit > 0:
+        share = max_bytes // limit
+        named, size = row_bytes(df)
+        guard = F.when(size > share, F.raise_error(F.lit(_ROW_OVER_SHARE))).otherwise(F.lit(True))
+        try:
+            return named.where(guard).limit(limit).toDF(*df.columns).collect()
+        except (PySparkException, Py4JError) as exc:
+            if _ROW_OVER_SHARE not in str(exc):
+                raise
+    limited = df.limit(limit) if limit is not None else df
+    if limit is not None and _TAKE_ORDERED.search(limited._jdf.queryExecution().executedPlan().toString()):
+        named, size = row_bytes(df)
+        found = named.agg(F.count(F.lit(1)), F.min(size), F.max(size)).first()
+        kept = min(limit, int(found[0])) if found is not None else 0
+        narrowest, widest = (int(found[1] or 0), int(found[2] or 0)) if found is not None else (0, 0)
+        if kept * narrowest > max_bytes:
+            raise result_too_large(max_bytes)
+        if kept * widest <= max_bytes:
+            return limited.collect()
+        limited = without_top_k(limited)
+    if result_bytes(limited) > max_bytes:
+        raise result_too_large(max_bytes)
+    return limited.collect()
